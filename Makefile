@@ -1,0 +1,55 @@
+# One entry point. `make demo` and `make test` create the virtual environment on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export PYTHONPATH := $(CURDIR)/autograder$(if $(PYTHONPATH),:$(PYTHONPATH))
+export MPLBACKEND := Agg
+
+.PHONY: help venv demo test test-fast lab release check-release links bench clean
+
+help:
+	@echo "make demo           grade the demo cohort end to end (nbgrader) and print the table"
+	@echo "make test           the whole test suite (what CI runs)"
+	@echo "make test-fast      only the tests that start no notebook kernel"
+	@echo "make lab            JupyterLab on the lectures and exercises"
+	@echo "make release        regenerate exercises/ from solutions/ (nbgrader generate_assignment)"
+	@echo "make check-release  is exercises/ in sync with solutions/?"
+	@echo "make links          rewrite Colab badges and setup cells from pyproject's repository URL"
+	@echo "make bench          autograde cost against a bare nbclient run"
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m awb_grader demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab
+
+release: $(STAMP)
+	$(BIN)/python -m awb_grader release
+
+check-release: $(STAMP)
+	$(BIN)/python -m awb_grader release --check
+
+links: $(STAMP)
+	$(BIN)/python tools/nbsrc.py sync-links
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_autograde.py
+
+clean:
+	rm -rf build

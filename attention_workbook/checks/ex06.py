@@ -1,0 +1,526 @@
+"""Visible checks for exercise 06_transformer_block.
+
+Small, readable cases. When a result is wrong, the checks recompute what the common mistakes
+would have produced (sin/cos swapped, LayerNorm over the wrong axis, residual after the norm,
+...) and name the one the student's output matches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
+
+LECTURE = "lectures/06_transformer_block.ipynb"
+SEC_FFN = f"lecture 06, section 1 'Attention only re-averages' ({LECTURE}#ffn)"
+SEC_POS = f"lecture 06, section 2 'Order: position encodings' ({LECTURE}#positions)"
+SEC_LN = f"lecture 06, section 4 'LayerNorm' ({LECTURE}#layernorm)"
+SEC_BLOCK = f"lecture 06, section 5 'post-LN vs pre-LN' ({LECTURE}#pre-post)"
+SEC_PARAMS = f"lecture 06, section 6 'Counting parameters' ({LECTURE}#params)"
+SEC_TORCH = f"lecture 06, section 7 'Our block against nn.TransformerEncoderLayer' ({LECTURE}#pytorch)"
+
+NO_BUILTIN_LN = "write LayerNorm from mean, variance and sqrt yourself: F.layer_norm / nn.LayerNorm are off limits here"
+
+
+def layer_norm_builtins():
+    return [(F, "layer_norm"), (torch, "layer_norm")]
+
+
+# ----------------------------------------------------------------------------------------
+# sinusoidal_positions
+# ----------------------------------------------------------------------------------------
+def _pe_loops(T: int, d: int) -> torch.Tensor:
+    """The formula, one entry at a time (float64 math, then float32)."""
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    for t in range(T):
+        for i in range(d // 2):
+            angle = t / 10000 ** (2 * i / d)
+            pe[t, 2 * i] = math.sin(angle)
+            pe[t, 2 * i + 1] = math.cos(angle)
+    return pe.float()
+
+
+def pe_wrong_variants(T: int, d: int) -> dict[str, torch.Tensor]:
+    t = torch.arange(T, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d, 2, dtype=torch.float64)
+    good = t / 10000 ** (two_i / d)
+
+    def interleave(a, b):
+        return torch.stack([a, b], dim=-1).reshape(T, d).float()
+
+    col = torch.arange(d, dtype=torch.float64)
+    per_col = t / 10000 ** (col / d)                    # exponent k/d with k the column index
+    per_col_pe = torch.where(col.long() % 2 == 0, per_col.sin(), per_col.cos()).float()
+    pair = t / 10000 ** (torch.arange(d // 2, dtype=torch.float64) / d)   # i/d instead of 2i/d
+    return {
+        "cos in the even columns and sin in the odd ones (swapped)": interleave(good.cos(), good.sin()),
+        "all sines first, then all cosines (halves, not interleaved)": torch.cat([good.sin(), good.cos()], -1).float(),
+        "the exponent uses the pair index i/d instead of 2i/d": interleave(pair.sin(), pair.cos()),
+        "the exponent uses the column index k/d, so sin and cos of a pair get different frequencies": per_col_pe,
+        "t multiplied by 10000^(2i/d) instead of divided": interleave((t * 10000 ** (two_i / d)).sin(),
+                                                                      (t * 10000 ** (two_i / d)).cos()),
+    }
+
+
+def _student_pe(fn, T, d):
+    out = call(fn, T, d, name="sinusoidal_positions", reread=SEC_POS)
+    return expect_tensor(out, "sinusoidal_positions", reread=SEC_POS)
+
+
+def sinusoidal_shape(sinusoidal_positions) -> None:
+    """Shape (T, d_model), floating point; row 0 is [0, 1, 0, 1, ...] (sin 0, cos 0)."""
+    for T, d in ((6, 8), (1, 2)):
+        pe = _student_pe(sinusoidal_positions, T, d)
+        expect_shape(pe, (T, d), f"sinusoidal_positions({T}, {d})", reread=SEC_POS,
+                     hint="one row per position, one column per model dimension")
+        if not pe.is_floating_point():
+            raise CheckFailed(f"sinusoidal_positions returns dtype {pe.dtype}", hint="build it from float tensors",
+                              reread=SEC_POS)
+    pe = _student_pe(sinusoidal_positions, 6, 8)
+    row0 = torch.tensor([0.0, 1.0] * 4)
+    if not close(pe[0], row0):
+        hint = ("row 0 is [1, 0, 1, 0, ...]: sine goes in the even columns (sin 0 = 0), cosine in the odd ones"
+                if close(pe[0], 1 - row0) else "at t = 0 every sine is 0 and every cosine is 1")
+        raise CheckFailed("sinusoidal_positions: position 0 should be [0, 1, 0, 1, ...]", hint=hint, reread=SEC_POS,
+                          details=[f"your row 0: {[round(v, 3) for v in pe[0].tolist()]}"])
+    passed("sinusoidal_positions: shape (T, d_model), position 0 = [sin 0, cos 0, ...]")
+
+
+def sinusoidal_values(sinusoidal_positions) -> None:
+    """Every entry matches PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(...)."""
+    T, d = 12, 16
+    pe = _student_pe(sinusoidal_positions, T, d)
+    expect_shape(pe, (T, d), f"sinusoidal_positions({T}, {d})", reread=SEC_POS)
+    want = _pe_loops(T, d)
+    if not close(pe, want):
+        name = first_match(pe.float(), pe_wrong_variants(T, d), atol=1e-4)
+        hint = (f"your table equals {name}" if name else
+                "compare entry by entry with the formula, e.g. PE[1, 2] should be sin(1 / 10000^(2/16))")
+        expect_close(pe, want, f"sinusoidal_positions({T}, {d})", hint=hint, reread=SEC_POS)
+    passed("sinusoidal_positions: every entry matches sin/cos(t / 10000^(2i/d))")
+
+
+# ----------------------------------------------------------------------------------------
+# LayerNorm
+# ----------------------------------------------------------------------------------------
+def _make(cls, *args, name, reread, **kwargs):
+    obj = call(cls, *args, name=name, reread=reread, **kwargs)
+    if not isinstance(obj, nn.Module):
+        raise CheckFailed(f"{name}(...) is not an nn.Module", hint="subclass nn.Module and call super().__init__()",
+                          reread=reread)
+    return obj
+
+
+def _ln_forward(ln, x):
+    with forbid(layer_norm_builtins(), NO_BUILTIN_LN):
+        out = call(ln, x, name="LayerNorm.forward", reread=SEC_LN)
+    return expect_tensor(out, "LayerNorm.forward", reread=SEC_LN)
+
+
+def ln_reference(x, weight, bias, eps):
+    x64 = x.double()
+    mu = x64.mean(-1, keepdim=True)
+    var = ((x64 - mu) ** 2).mean(-1, keepdim=True)
+    return ((x64 - mu) / torch.sqrt(var + eps) * weight.double() + bias.double()).float()
+
+
+def ln_wrong_variants(x, weight, bias, eps) -> dict[str, torch.Tensor]:
+    x64, w, b = x.double(), weight.double(), bias.double()
+    out = {}
+    for dim, label in ((0, "the batch (dim=0)"), (-2, "the sequence (dim=-2)")):
+        mu = x64.mean(dim, keepdim=True)
+        var = x64.var(dim, keepdim=True, unbiased=False)
+        out[f"statistics over {label}"] = ((x64 - mu) / torch.sqrt(var + eps) * w + b).float()
+    mu = x64.mean(-1, keepdim=True)
+    out["the unbiased variance (divides by d - 1)"] = (
+        (x64 - mu) / torch.sqrt(x64.var(-1, keepdim=True, unbiased=True) + eps) * w + b).float()
+    sd = x64.var(-1, keepdim=True, unbiased=False).sqrt()
+    out["eps added outside the square root"] = ((x64 - mu) / (sd + eps) * w + b).float()
+    out["no eps at all"] = ((x64 - mu) / sd * w + b).float()
+    out["no gain and bias applied"] = ((x64 - mu) / torch.sqrt(sd ** 2 + eps)).float()
+    out["the standard deviation instead of the variance under the sqrt"] = ((x64 - mu) / torch.sqrt(sd + eps) * w + b).float()
+    return out
+
+
+def _ln_hint(name):
+    if name is None:
+        return None
+    if "statistics over" in name:
+        return f"your output equals LayerNorm with {name}: take mean and variance over the features, dim=-1, keepdim=True"
+    if "unbiased" in name:
+        return "you used the unbiased variance: pass unbiased=False (or correction=0), LayerNorm divides by d"
+    if "eps" in name:
+        return f"your output equals {name}: eps goes inside the square root, sqrt(var + eps)"
+    return f"your output equals {name}"
+
+
+def _ln_params(ln):
+    w, b = getattr(ln, "weight", None), getattr(ln, "bias", None)
+    if not isinstance(w, nn.Parameter) or not isinstance(b, nn.Parameter):
+        raise CheckFailed("LayerNorm needs attributes `weight` and `bias` that are nn.Parameter",
+                          hint="self.weight = nn.Parameter(torch.ones(d)); self.bias = nn.Parameter(torch.zeros(d)) "
+                               "(plain tensors are not trained and not copied by load_state_dict)", reread=SEC_LN)
+    return w, b
+
+
+def layernorm_params(LayerNorm) -> None:
+    """weight (ones) and bias (zeros) are nn.Parameters of shape (d,); eps is stored (default 1e-5)."""
+    ln = _make(LayerNorm, 6, name="LayerNorm", reread=SEC_LN)
+    w, b = _ln_params(ln)
+    expect_shape(w, (6,), "LayerNorm(6).weight", reread=SEC_LN)
+    expect_shape(b, (6,), "LayerNorm(6).bias", reread=SEC_LN)
+    if not (torch.equal(w.detach(), torch.ones(6)) and torch.equal(b.detach(), torch.zeros(6))):
+        raise CheckFailed("LayerNorm should start with weight = ones and bias = zeros",
+                          hint="at initialisation LayerNorm is a plain standardisation", reread=SEC_LN)
+    n = sum(p.numel() for p in ln.parameters())
+    if n != 12:
+        raise CheckFailed(f"LayerNorm(6) has {n} parameters, expected 12 (gain and bias)", reread=SEC_LN)
+    if getattr(ln, "eps", None) != 1e-5 or getattr(_make(LayerNorm, 6, eps=1e-3, name="LayerNorm", reread=SEC_LN),
+                                                    "eps", None) != 1e-3:
+        raise CheckFailed("LayerNorm should keep its eps argument in self.eps (default 1e-5)", reread=SEC_LN)
+    passed("LayerNorm: weight (ones) and bias (zeros) are parameters of shape (d,), eps stored")
+
+
+def _random_ln(LayerNorm, d, eps=1e-5, seed=0):
+    ln = _make(LayerNorm, d, eps=eps, name="LayerNorm", reread=SEC_LN)
+    w, b = _ln_params(ln)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        w.copy_(1 + 0.5 * torch.randn(d, generator=g))
+        b.copy_(0.5 * torch.randn(d, generator=g))
+    return ln, w.detach().clone(), b.detach().clone()
+
+
+def layernorm_values(LayerNorm) -> None:
+    """Matches the formula on a (B, T, d) input with random gain and bias."""
+    ln, w, b = _random_ln(LayerNorm, 8)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 4, 8, generator=g) * 3 + 1
+    out = _ln_forward(ln, x)
+    expect_shape(out, x.shape, "LayerNorm(x)", reread=SEC_LN, inputs="x of shape (3, 4, 8)")
+    want = ln_reference(x, w, b, 1e-5)
+    if not close(out, want):
+        hint = _ln_hint(first_match(out.float(), ln_wrong_variants(x, w, b, 1e-5), atol=1e-5))
+        expect_close(out, want, "LayerNorm(x)", hint=hint or "mean and biased variance over dim=-1, then * weight + bias",
+                     reread=SEC_LN, inputs="x of shape (3, 4, 8), random weight and bias")
+    passed("LayerNorm: per-token mean and biased variance over the features, gain and bias applied")
+
+
+def layernorm_eps(LayerNorm) -> None:
+    """eps inside the sqrt: a token with a tiny variance, and a constant token (variance 0)."""
+    ln, w, b = _random_ln(LayerNorm, 8, eps=1e-5)
+    g = torch.Generator().manual_seed(2)
+    x = 1 + 1e-3 * torch.randn(2, 8, generator=g)       # variance ~1e-6, comparable to eps
+    x[1] = 2.0                                          # a constant token: variance exactly 0
+    out = _ln_forward(ln, x)
+    if not bool(torch.isfinite(out).all()):
+        raise CheckFailed("LayerNorm of a constant token (variance 0) gives inf or nan",
+                          hint="add eps to the variance before the square root: sqrt(var + eps)", reread=SEC_LN)
+    want = ln_reference(x, w, b, 1e-5)
+    if not close(out, want, atol=1e-4, rtol=1e-4):
+        hint = _ln_hint(first_match(out.float(), ln_wrong_variants(x, w, b, 1e-5), atol=1e-4))
+        expect_close(out, want, "LayerNorm of a token with variance ~1e-6 (eps = 1e-5 matters here)",
+                     hint=hint or "eps goes inside the square root: (x - mean) / sqrt(var + eps)",
+                     reread=SEC_LN, atol=1e-4, rtol=1e-4)
+    passed("LayerNorm: eps inside the square root (tiny and zero variance handled)")
+
+
+# ----------------------------------------------------------------------------------------
+# FeedForward
+# ----------------------------------------------------------------------------------------
+def _linears(module, name, reread):
+    lins = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    if len(lins) != 2:
+        raise CheckFailed(f"{name} should contain exactly two nn.Linear layers, found {len(lins)}",
+                          hint="Linear(d_model, d_ff), ReLU, Linear(d_ff, d_model), Dropout", reread=reread)
+    return lins
+
+
+def feedforward_structure(FeedForward) -> None:
+    """Two linear layers d_model -> d_ff -> d_model with biases, a Dropout(p), shape kept."""
+    ff = _make(FeedForward, 8, 32, name="FeedForward", reread=SEC_FFN)
+    l1, l2 = _linears(ff, "FeedForward(8, 32)", SEC_FFN)
+    if (l1.in_features, l1.out_features, l2.in_features, l2.out_features) != (8, 32, 32, 8):
+        raise CheckFailed("FeedForward(8, 32): the linear layers should be 8 -> 32 and 32 -> 8",
+                          details=[f"yours: {l1.in_features} -> {l1.out_features} and {l2.in_features} -> {l2.out_features}"],
+                          hint="the hidden width is d_ff (usually 4 * d_model): expand, then project back",
+                          reread=SEC_FFN)
+    if l1.bias is None or l2.bias is None:
+        raise CheckFailed("FeedForward's linear layers should have biases", reread=SEC_FFN)
+    x = torch.randn(2, 5, 8)
+    out = expect_tensor(call(ff.eval(), x, name="FeedForward.forward", reread=SEC_FFN), "FeedForward.forward")
+    expect_shape(out, (2, 5, 8), "FeedForward(x)", reread=SEC_FFN, inputs="x of shape (2, 5, 8)")
+    ff2 = _make(FeedForward, 8, 32, 0.3, name="FeedForward", reread=SEC_FFN)
+    if not any(isinstance(m, nn.Dropout) and abs(m.p - 0.3) < 1e-9 for m in ff2.modules()):
+        raise CheckFailed("FeedForward(8, 32, dropout=0.3) has no nn.Dropout(0.3)",
+                          hint="end the network with nn.Dropout(dropout)", reread=SEC_FFN)
+    passed("FeedForward: Linear 8 -> 32, Linear 32 -> 8 with biases, Dropout(p), shape (B, T, D) kept")
+
+
+def ffn_wrong_variants(x, l1, l2):
+    h = F.linear(x, l1.weight, l1.bias)
+    return {
+        "no ReLU: two linear layers in a row (a single linear map)": F.linear(h, l2.weight, l2.bias),
+        "the ReLU after the second linear layer": F.relu(F.linear(h, l2.weight, l2.bias)),
+        "a ReLU after both linear layers": F.relu(F.linear(F.relu(h), l2.weight, l2.bias)),
+        "GELU instead of ReLU": F.linear(F.gelu(h), l2.weight, l2.bias),
+        "tanh instead of ReLU": F.linear(torch.tanh(h), l2.weight, l2.bias),
+        "sigmoid instead of ReLU": F.linear(torch.sigmoid(h), l2.weight, l2.bias),
+    }
+
+
+def feedforward_values(FeedForward) -> None:
+    """Linear, ReLU, Linear on every position with the same weights (eval mode)."""
+    torch.manual_seed(3)
+    ff = _make(FeedForward, 8, 32, name="FeedForward", reread=SEC_FFN).eval()
+    l1, l2 = _linears(ff, "FeedForward(8, 32)", SEC_FFN)
+    x = torch.randn(2, 5, 8)
+    out = expect_tensor(call(ff, x, name="FeedForward.forward", reread=SEC_FFN), "FeedForward.forward")
+    expect_shape(out, (2, 5, 8), "FeedForward(x)", reread=SEC_FFN)
+    with torch.no_grad():
+        want = F.linear(F.relu(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
+        cands = ffn_wrong_variants(x, l1, l2)
+    if not close(out, want):
+        name = first_match(out, cands)
+        hint = (f"your output equals {name}: the network is Linear, ReLU, Linear" if name else
+                "apply linear1, then ReLU, then linear2 (then dropout) to the last axis")
+        expect_close(out, want, "FeedForward(x)", hint=hint, reread=SEC_FFN, inputs="x of shape (2, 5, 8)")
+    passed("FeedForward: Linear -> ReLU -> Linear, the same weights at every position")
+
+
+# ----------------------------------------------------------------------------------------
+# TransformerBlock
+# ----------------------------------------------------------------------------------------
+def _block(cls, *args, reread=SEC_BLOCK, **kwargs):
+    block = _make(cls, *args, name="TransformerBlock", reread=reread, **kwargs)
+    for attr in ("attn", "ff", "ln1", "ln2"):
+        if not isinstance(getattr(block, attr, None), nn.Module):
+            raise CheckFailed(f"your TransformerBlock has no sub-module `{attr}`",
+                              hint="use the attribute names of the exercise: self.attn, self.ff, self.ln1, self.ln2",
+                              reread=reread)
+    return block
+
+
+def randomize_(module: nn.Module, seed: int, scale: float = 0.2) -> None:
+    """Random weights everywhere (LayerNorm gains around 1), so every parameter matters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            is_norm_gain = p.dim() == 1 and name.endswith("weight")
+            p.copy_(1 + 0.3 * noise if is_norm_gain else scale * noise)
+
+
+def block_by_parts(block, x, mask, pre_ln):
+    """The block's forward computed from its own sub-modules (black boxes), the right way round."""
+    attn = lambda h: block.attn(h, mask=mask)
+    if pre_ln:
+        h = x + attn(block.ln1(x))
+        return h + block.ff(block.ln2(h))
+    h = block.ln1(x + attn(x))
+    return block.ln2(h + block.ff(h))
+
+
+def block_wrong_variants(block, x, mask, pre_ln):
+    attn = lambda h: block.attn(h, mask=mask)
+    ln1, ln2, ff = block.ln1, block.ln2, block.ff
+    out = {}
+    if pre_ln:
+        h = ln1(x) + attn(ln1(x))
+        out["the residual adds the normalised x: ln1(x) + attn(ln1(x)) instead of x + attn(ln1(x))"] = h + ff(ln2(h))
+        h = ln1(x + attn(x))
+        out["post-LN (the pre_ln flag is ignored)"] = ln2(h + ff(h))
+        h = x + attn(ln1(x))
+        out["no residual around the feed-forward network"] = ff(ln2(h))
+        out["ln1 used for both sub-layers"] = h + ff(ln1(h))
+        h = x + attn(x)
+        out["no LayerNorm before the attention"] = h + ff(ln2(h))
+        out["pre-LN but the mask is not passed to the attention"] = (lambda h: h + ff(ln2(h)))(x + block.attn(ln1(x)))
+    else:
+        h = x + attn(ln1(x))
+        out["pre-LN (the pre_ln flag is ignored)"] = h + ff(ln2(h))
+        h = ln1(x + attn(x))
+        out["no residual around the feed-forward network"] = ln2(ff(h))
+        out["ln1 used for both sub-layers"] = ln1(h + ff(h))
+        h = ln1(x) + attn(ln1(x))
+        out["the residual adds the normalised x"] = ln2(h) + ff(ln2(h))
+    return out
+
+
+def _block_hint(name, pre_ln):
+    if name is None:
+        return ("pre-LN: x = x + drop(attn(ln1(x), mask=mask)); x = x + ff(ln2(x))" if pre_ln else
+                "post-LN: x = ln1(x + drop(attn(x, mask=mask))); x = ln2(x + ff(x))")
+    if "residual adds the normalised" in name:
+        return f"your block computes {name}: residual added after the norm; keep the stream x un-normalised"
+    if "flag is ignored" in name:
+        return f"your block computes {name}: branch on self.pre_ln"
+    if "mask" in name:
+        return "your block ignores the mask: pass mask on to self.attn(..., mask=mask)"
+    return f"your block computes {name}"
+
+
+def _check_block(cls, pre_ln, mask_kind=None, seed=0):
+    torch.manual_seed(seed)
+    block = _block(cls, 16, 4, 32, pre_ln=pre_ln).eval()
+    randomize_(block, seed)
+    x = torch.randn(2, 5, 16)
+    mask = None
+    if mask_kind == "causal":
+        mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    elif mask_kind == "padding":
+        mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+    out = expect_tensor(call(block, x, mask=mask, name="TransformerBlock.forward", reread=SEC_BLOCK),
+                        "TransformerBlock.forward")
+    expect_shape(out, x.shape, "TransformerBlock(x)", reread=SEC_BLOCK, inputs="x of shape (2, 5, 16)")
+    with torch.no_grad():
+        want = block_by_parts(block, x, mask, pre_ln)
+        if not close(out, want):
+            name = first_match(out, block_wrong_variants(block, x, mask, pre_ln))
+            expect_close(out, want, f"TransformerBlock(pre_ln={pre_ln})(x{', mask' if mask is not None else ''})",
+                         hint=_block_hint(name, pre_ln), reread=SEC_BLOCK,
+                         inputs=f"x of shape (2, 5, 16), mask: {mask_kind or 'None'}, random weights")
+    return block, x, out
+
+
+def block_pre_ln(TransformerBlock) -> None:
+    """pre_ln=True: x + attn(ln1(x)), then + ff(ln2(.)), computed from your own sub-modules."""
+    _check_block(TransformerBlock, True)
+    passed("TransformerBlock(pre_ln=True): x = x + attn(ln1(x)); x = x + ff(ln2(x))")
+
+
+def block_post_ln(TransformerBlock) -> None:
+    """pre_ln=False: ln1(x + attn(x)), then ln2(. + ff(.))."""
+    _check_block(TransformerBlock, False)
+    passed("TransformerBlock(pre_ln=False): x = ln1(x + attn(x)); x = ln2(x + ff(x))")
+
+
+def block_mask(TransformerBlock) -> None:
+    """The mask reaches the attention: a causal mask hides the future, a padding mask the pads."""
+    block, x, out = _check_block(TransformerBlock, True, "causal", seed=1)
+    x2 = x.clone()
+    x2[:, 3:] = torch.randn(2, 2, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    out2 = call(block, x2, mask=mask, name="TransformerBlock.forward", reread=SEC_BLOCK)
+    if not close(out2[:, :3], out[:, :3]):
+        raise CheckFailed("with a causal mask, changing tokens 3..4 changed the outputs at positions 0..2",
+                          hint="pass the mask on to self.attn(..., mask=mask)", reread=SEC_BLOCK)
+    _check_block(TransformerBlock, False, "padding", seed=2)
+    passed("TransformerBlock: the mask reaches the attention (causal and padding masks)")
+
+
+# ----------------------------------------------------------------------------------------
+# block_param_count
+# ----------------------------------------------------------------------------------------
+def param_count_reference(D, d_ff, bias=True):
+    """Counted from modules (not from a formula): PyTorch's own numel."""
+    lin = lambda i, o: nn.Linear(i, o, bias=bias)
+    mods = [lin(D, 3 * D), lin(D, D), lin(D, d_ff), lin(d_ff, D), nn.LayerNorm(D), nn.LayerNorm(D)]
+    return sum(p.numel() for m in mods for p in m.parameters())
+
+
+def param_wrong_variants(D, d_ff, bias):
+    b = 1 if bias else 0
+    return {
+        "the biases of the linear layers are missing": 4 * D * D + 2 * D * d_ff + 4 * D,
+        "the LayerNorms are missing": 4 * D * D + 2 * D * d_ff + b * (5 * D + d_ff),
+        "the LayerNorms are counted with the gain only (D each)": 4 * D * D + 2 * D * d_ff + b * (5 * D + d_ff) + 2 * D,
+        "the attention counts 3 D^2 (W_o forgotten)": 3 * D * D + 2 * D * d_ff + b * (4 * D + d_ff) + 4 * D,
+        "the feed-forward counts one matrix (D d_ff)": 4 * D * D + D * d_ff + b * (5 * D + d_ff) + 4 * D,
+        "bias=False also removed the LayerNorm biases": (4 * D * D + 2 * D * d_ff + 2 * D) if not bias else -1,
+    }
+
+
+def block_param_count(block_param_count) -> None:
+    """Equals sum(p.numel()) of a block, with and without linear biases."""
+    for D, d_ff, bias in ((64, 256, True), (32, 100, True), (64, 256, False)):
+        got = call(block_param_count, D, d_ff, bias=bias, name="block_param_count", reread=SEC_PARAMS)
+        want = param_count_reference(D, d_ff, bias)
+        if not isinstance(got, int) or isinstance(got, bool):
+            if isinstance(got, float) and got == want:
+                raise CheckFailed("block_param_count returns a float", hint="return an int (use // or int(...))",
+                                  reread=SEC_PARAMS)
+            if not (hasattr(got, "item") and got.numel() == 1 and int(got.item()) == want):
+                raise CheckFailed(f"block_param_count returned {got!r}, expected an int", reread=SEC_PARAMS)
+            got = int(got.item())
+        if got != want:
+            names = [n for n, v in param_wrong_variants(D, d_ff, bias).items() if v == got]
+            hint = (f"your count matches a block where {names[0]}" if names else
+                    "attention 4 D^2 (+ 4 D biases), feed-forward 2 D d_ff (+ d_ff + D), two LayerNorms 2 D each")
+            raise CheckFailed(f"block_param_count({D}, {d_ff}, bias={bias}) = {got:,}, expected {want:,}",
+                              hint=hint, reread=SEC_PARAMS)
+    passed("block_param_count: matches sum(p.numel()) with and without biases")
+
+
+# ----------------------------------------------------------------------------------------
+# from_torch_encoder_layer
+# ----------------------------------------------------------------------------------------
+def torch_layer(D, H, d_ff, norm_first, seed):
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(D, H, d_ff, dropout=0.0, batch_first=True, norm_first=norm_first)
+    randomize_(layer, seed)
+    return layer.eval()
+
+
+def _loader_wrong_variants(layer, x):
+    """What the common loading mistakes compute, built with the workbook's reference block."""
+    from attention_workbook.blocks import from_torch_encoder_layer as ref_loader
+
+    out = {}
+    with torch.no_grad():
+        b = ref_loader(layer).eval()
+        b.pre_ln = not layer.norm_first
+        out["a block with the other LayerNorm order (norm_first not read)"] = b(x)
+        b = ref_loader(layer).eval()
+        b.ln1, b.ln2 = b.ln2, b.ln1
+        out["a block with norm1 and norm2 swapped"] = b(x)
+        b = ref_loader(layer).eval()
+        for m in (b.attn.W_qkv, b.attn.W_o, b.ff.net[0], b.ff.net[2]):
+            m.bias.zero_()
+        out["a block whose linear biases were not copied"] = b(x)
+        b = ref_loader(layer).eval()
+        b.ln1.weight.fill_(1.0), b.ln1.bias.zero_(), b.ln2.weight.fill_(1.0), b.ln2.bias.zero_()
+        out["a block whose LayerNorm weights were not copied"] = b(x)
+    return out
+
+
+def _loader_hint(name):
+    if name is None:
+        return "copy every tensor of the table: in_proj, out_proj, linear1, linear2, norm1, norm2 (weights and biases)"
+    if "norm_first" in name:
+        return "your block uses the other LayerNorm order: set pre_ln=layer.norm_first"
+    return f"your output equals {name}"
+
+
+def _check_loader(fn, norm_first, seed):
+    layer = torch_layer(16, 4, 40, norm_first, seed)
+    block = call(fn, layer, name="from_torch_encoder_layer", reread=SEC_TORCH)
+    if not isinstance(block, nn.Module):
+        raise CheckFailed("from_torch_encoder_layer should return your TransformerBlock (an nn.Module)",
+                          hint="did you forget the `return`?" if block is None else None, reread=SEC_TORCH)
+    block.eval()
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        want = layer(x)
+        out = expect_tensor(call(block, x, name="your block", reread=SEC_TORCH), "your block")
+    if not close(out, want, atol=1e-5, rtol=1e-5):
+        name = first_match(out, _loader_wrong_variants(layer, x))
+        expect_close(out, want, f"the loaded block (norm_first={norm_first}) vs nn.TransformerEncoderLayer",
+                     hint=_loader_hint(name), reread=SEC_TORCH, atol=1e-5, rtol=1e-5,
+                     inputs="nn.TransformerEncoderLayer(16, 4, 40) with random weights, x of shape (2, 6, 16)")
+
+
+def from_torch_post_ln(from_torch_encoder_layer) -> None:
+    """A post-LN (default) nn.TransformerEncoderLayer loaded into your block: same outputs."""
+    _check_loader(from_torch_encoder_layer, False, seed=11)
+    passed("from_torch_encoder_layer: same outputs as nn.TransformerEncoderLayer (post-LN) to 1e-5")
+
+
+def from_torch_pre_ln(from_torch_encoder_layer) -> None:
+    """A norm_first=True layer loaded into your block: same outputs."""
+    _check_loader(from_torch_encoder_layer, True, seed=12)
+    passed("from_torch_encoder_layer: same outputs as nn.TransformerEncoderLayer(norm_first=True) to 1e-5")

@@ -1,0 +1,350 @@
+"""Visible checks for exercise 08_train_a_gpt: get_batch, lr_at, GPT and generate.
+
+Small, fast cases. When a result is wrong the check recomputes what the common mistakes
+produce (targets not shifted, warmup off by one, no causal mask, top-k keeping the wrong
+tokens, temperature after the softmax, ...) and names the one the student's output matches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .core import CheckFailed, call, close, expect_shape, expect_tensor, passed
+
+LECTURE = "lectures/08_train_a_gpt.ipynb"
+SEC_DATA = f"lecture 08, section 3 'The data' ({LECTURE}#data)"
+SEC_MODEL = f"lecture 08, section 4 'The model' ({LECTURE}#model)"
+SEC_SCHEDULE = f"lecture 08, section 5 'The optimizer and the learning-rate schedule' ({LECTURE}#schedule)"
+SEC_GENERATE = f"lecture 08, section 7 'Generating text' ({LECTURE}#generation)"
+
+
+# ----------------------------------------------------------------------------------------
+# get_batch
+# ----------------------------------------------------------------------------------------
+def _student_batch(get_batch, data, block_size, batch_size, seed):
+    out = call(get_batch, data, block_size, batch_size, torch.Generator().manual_seed(seed),
+               name="get_batch", reread=SEC_DATA)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise CheckFailed("get_batch must return a pair (x, y)", hint="end with `return x, y`", reread=SEC_DATA)
+    x, y = out
+    expect_tensor(x, "x", SEC_DATA)
+    expect_tensor(y, "y", SEC_DATA)
+    return x, y
+
+
+def get_batch_shift(get_batch) -> None:
+    """x and y are (B, T) windows of the data and y is x shifted by one position."""
+    data = torch.arange(1000, 1100)  # consecutive numbers: the next token is always +1
+    x, y = _student_batch(get_batch, data, 8, 4, seed=0)
+    inputs = "data = torch.arange(1000, 1100), block_size 8, batch_size 4"
+    expect_shape(x, (4, 8), "x", inputs=inputs, reread=SEC_DATA, hint="x is (batch_size, block_size)")
+    expect_shape(y, (4, 8), "y", inputs=inputs, reread=SEC_DATA, hint="y is (batch_size, block_size)")
+    if x.dtype != torch.long or y.dtype != torch.long:
+        raise CheckFailed(f"x and y should be int64 token ids, got {x.dtype} and {y.dtype}", reread=SEC_DATA,
+                          hint="slice the data tensor (already int64); do not convert to float")
+    if not torch.equal(x[:, 1:], x[:, :-1] + 1):
+        raise CheckFailed("the rows of x are not contiguous windows of the data", reread=SEC_DATA,
+                          hint="each row is data[i : i + block_size] for a random start i",
+                          details=[f"your x[0]: {x[0].tolist()}"])
+    if torch.equal(y, x):
+        raise CheckFailed("y equals x: the targets are not shifted", reread=SEC_DATA,
+                          hint="the targets are not shifted: y must be data[i + 1 : i + 1 + block_size], "
+                               "the NEXT character at every position", details=[f"x[0]: {x[0].tolist()}",
+                                                                                 f"y[0]: {y[0].tolist()}"])
+    if not torch.equal(y, x + 1):
+        hint = None
+        if torch.equal(y, x - 1):
+            hint = "y is shifted the wrong way: the target at position t is the character AFTER x[t]"
+        elif torch.equal(y, x + 2):
+            hint = "y is shifted by two: use data[i + 1 : i + 1 + block_size]"
+        raise CheckFailed("y is not x shifted by one", reread=SEC_DATA,
+                          hint=hint or "y[b, t] must be the character that follows x[b, t] in the data",
+                          details=[f"x[0]: {x[0].tolist()}", f"y[0]: {y[0].tolist()}"])
+    passed("get_batch: x is (B, T), y is x shifted by one")
+
+
+def get_batch_random(get_batch) -> None:
+    """Random starts drawn from the generator (reproducible), covering every valid window."""
+    data = torch.arange(12)
+    T = 8  # valid starts: 0 .. 3 (the target window of start 3 ends at data[11])
+    x1, y1 = _student_batch(get_batch, data, T, 64, seed=5)
+    x2, _ = _student_batch(get_batch, data, T, 64, seed=5)
+    if not torch.equal(x1, x2):
+        raise CheckFailed("two calls with identically seeded generators gave different batches", reread=SEC_DATA,
+                          hint="draw the starts with torch.randint(..., generator=generator)")
+    starts = set(x1[:, 0].tolist())
+    if int(y1.max()) > 11 or starts - {0, 1, 2, 3}:
+        raise CheckFailed("a window runs past the end of the data", reread=SEC_DATA,
+                          hint="the largest valid start is len(data) - block_size - 1: "
+                               "torch.randint(len(data) - block_size, ...) draws exactly 0 .. that")
+    if starts != {0, 1, 2, 3}:
+        raise CheckFailed("some valid windows are never drawn", reread=SEC_DATA,
+                          hint="draw the start from 0 to len(data) - block_size - 1 inclusive: "
+                               "torch.randint(len(data) - block_size, (batch_size,), generator=generator)",
+                          details=[f"starts drawn in 64 windows of data = arange(12), block_size 8: {sorted(starts)}; "
+                                   f"valid: [0, 1, 2, 3]"])
+    passed("get_batch: reproducible random windows, every valid start possible, none out of range")
+
+
+# ----------------------------------------------------------------------------------------
+# lr_at
+# ----------------------------------------------------------------------------------------
+def _lr(lr_at, step, warmup, max_steps, max_lr, min_lr):
+    out = call(lr_at, step, warmup, max_steps, max_lr, min_lr, name="lr_at", reread=SEC_SCHEDULE)
+    try:
+        return float(out)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"lr_at returned {type(out).__name__}, not a number", reread=SEC_SCHEDULE,
+                          hint="did you forget a `return`?" if out is None else None) from None
+
+
+def lr_at_warmup(lr_at) -> None:
+    """Linear warmup: step 0 gives max_lr / warmup_steps, step warmup_steps - 1 gives max_lr."""
+    W, M, hi, lo = 10, 100, 1e-3, 1e-4
+    got = [_lr(lr_at, s, W, M, hi, lo) for s in range(W)]
+    want = [hi * (s + 1) / W for s in range(W)]
+    if not all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, want)):
+        hint = "during warmup lr = max_lr * (step + 1) / warmup_steps"
+        if math.isclose(got[0], 0.0, abs_tol=1e-12) and all(math.isclose(a, hi * s / W, rel_tol=1e-6, abs_tol=1e-12)
+                                                           for s, a in enumerate(got)):
+            hint = ("warmup is off by one: step 0 has learning rate 0, a wasted step; use (step + 1) / warmup_steps "
+                    "so step 0 gets max_lr / warmup_steps and step warmup_steps - 1 reaches max_lr")
+        raise CheckFailed("the warmup values are wrong", reread=SEC_SCHEDULE, hint=hint,
+                          details=[f"warmup_steps={W}, max_lr={hi}: expected {[f'{v:.1e}' for v in want[:4]]} ..., "
+                                   f"yours {[f'{v:.1e}' for v in got[:4]]} ..."])
+    passed("lr_at: linear warmup from max_lr / warmup_steps up to max_lr")
+
+
+def lr_at_cosine(lr_at) -> None:
+    """Cosine from max_lr (at warmup_steps) down to min_lr (at max_steps), then constant."""
+    W, M, hi, lo = 10, 110, 1e-3, 1e-4
+    cases = {10: hi, 60: (hi + lo) / 2, 35: lo + 0.5 * (1 + math.cos(math.pi * 0.25)) * (hi - lo), 110: lo}
+    for s, want in cases.items():
+        got = _lr(lr_at, s, W, M, hi, lo)
+        if not math.isclose(got, want, rel_tol=1e-6):
+            hint = "lr = min_lr + 0.5 * (1 + cos(pi * r)) * (max_lr - min_lr) with r = (step - warmup) / (max - warmup)"
+            naive = lo + 0.5 * (1 + math.cos(math.pi * s / M)) * (hi - lo)
+            if math.isclose(got, naive, rel_tol=1e-6):
+                hint = ("your cosine starts at step 0, not after the warmup: use r = (step - warmup_steps) / "
+                        "(max_steps - warmup_steps)")
+            elif math.isclose(got, 0.5 * (1 + math.cos(math.pi * (s - W) / (M - W))) * hi, rel_tol=1e-6):
+                hint = "your cosine ends at 0, not at min_lr: add min_lr and scale by (max_lr - min_lr)"
+            raise CheckFailed(f"lr_at({s}, warmup_steps={W}, max_steps={M}, max_lr={hi}, min_lr={lo}) is wrong",
+                              reread=SEC_SCHEDULE, hint=hint, details=[f"expected {want:.4e}, yours {got:.4e}"])
+    for s in (111, 150, 10_000):
+        got = _lr(lr_at, s, W, M, hi, lo)
+        if not math.isclose(got, lo, rel_tol=1e-6):
+            raise CheckFailed(f"after max_steps the learning rate should stay at min_lr; step {s} gives {got:.3e}",
+                              reread=SEC_SCHEDULE,
+                              hint="after max_steps return min_lr: the cosine would climb back up")
+    passed("lr_at: cosine decay to min_lr at max_steps, constant afterwards")
+
+
+# ----------------------------------------------------------------------------------------
+# GPT
+# ----------------------------------------------------------------------------------------
+def _build(GPT, seed=0, **kw):
+    args = dict(vocab_size=65, block_size=16, n_layer=2, n_head=4, d_model=32, dropout=0.0)
+    args.update(kw)
+    torch.manual_seed(seed)
+    model = call(GPT, name="GPT", reread=SEC_MODEL, **args)
+    if not isinstance(model, nn.Module):
+        raise CheckFailed("GPT(...) did not build an nn.Module", reread=SEC_MODEL)
+    return model.eval()
+
+
+def _forward(model, idx, targets=None):
+    out = call(model, idx, targets, name="GPT.forward", reread=SEC_MODEL)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise CheckFailed("GPT.forward must return a pair (logits, loss)", reread=SEC_MODEL,
+                          hint="return logits, loss  (loss is None when targets is None)")
+    return out
+
+
+def gpt_forward(GPT) -> None:
+    """Shapes, loss None without targets, and a loss near ln(65) at initialisation."""
+    model = _build(GPT)
+    idx = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(0))
+    logits, loss = _forward(model, idx)
+    expect_tensor(logits, "logits", SEC_MODEL)
+    expect_shape(logits, (3, 16, 65), "logits", inputs="idx (B=3, T=16), vocab 65", reread=SEC_MODEL,
+                 hint="logits are (B, T, vocab_size): one score per possible next character at every position")
+    if loss is not None:
+        raise CheckFailed("with targets=None the loss should be None", reread=SEC_MODEL)
+    logits, loss = _forward(model, idx[:, :5])
+    expect_shape(logits, (3, 5, 65), "logits for a sequence shorter than block_size", reread=SEC_MODEL,
+                 hint="use positions 0..T-1 of the INPUT (torch.arange(T)), not of block_size")
+    targets = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(1))
+    logits, loss = _forward(model, idx, targets)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        raise CheckFailed("the loss should be a scalar tensor", reread=SEC_MODEL,
+                          hint="F.cross_entropy(logits.view(B * T, V), targets.view(B * T)) averages to a scalar")
+    want = F.cross_entropy(logits.reshape(-1, 65).float(), targets.reshape(-1))
+    if not close(loss.detach(), want.detach(), atol=1e-4):
+        raise CheckFailed("the loss is not the mean cross-entropy of logits[b, t] against targets[b, t]",
+                          reread=SEC_MODEL, details=[f"yours {loss.item():.4f}, expected {want.item():.4f}"],
+                          hint="flatten (B, T, V) to (B*T, V) and targets to (B*T,); do not shift the targets again "
+                               "(get_batch already did)")
+    if abs(loss.item() - math.log(65)) > 0.3:
+        raise CheckFailed(f"the loss at initialisation is {loss.item():.2f}, far from ln(65) = {math.log(65):.2f}",
+                          reread=SEC_MODEL, hint="initialise the weights small (normal, std 0.02) so that every "
+                          "character starts about equally likely")
+    passed(f"GPT: logits (B, T, 65), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f})")
+
+
+def gpt_causal(GPT) -> None:
+    """Changing a token never changes a logit at an earlier position."""
+    model = _build(GPT, seed=1)
+    idx = torch.randint(65, (2, 16), generator=torch.Generator().manual_seed(2))
+    base, _ = _forward(model, idx)
+    for t in (3, 10):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 5) % 65
+        new, _ = _forward(model, changed)
+        moved = (new[:, :t] - base[:, :t]).abs().amax().item()
+        if moved > 1e-5:
+            raise CheckFailed(f"changing the token at position {t} changed the logits at earlier positions",
+                              reread=SEC_MODEL, details=[f"largest change before position {t}: {moved:.3g}"],
+                              hint="the causal mask is missing: call every block with is_causal=True, so "
+                                   "position t only attends to positions <= t")
+        if (new[:, t:] - base[:, t:]).abs().amax().item() < 1e-6:
+            raise CheckFailed(f"changing the token at position {t} changed nothing at all", reread=SEC_MODEL,
+                              hint="the logits must depend on the input tokens")
+    passed("GPT: causal (a changed token moves no earlier logit)")
+
+
+def gpt_positions_and_tying(GPT) -> None:
+    """Position embeddings are added; the output layer shares the token embedding's weights."""
+    model = _build(GPT, seed=2)
+    logits, _ = _forward(model, torch.full((1, 8), 7, dtype=torch.long))
+    if (logits[0, 1:] - logits[0, :1]).abs().amax().item() < 1e-6:
+        raise CheckFailed("a sequence of identical characters gives identical logits at every position",
+                          reread=SEC_MODEL, hint="position embeddings are not added: x = tok_emb(idx) + "
+                                                 "pos_emb(torch.arange(T)); without them attention ignores order")
+    mats = [p for p in model.parameters() if tuple(p.shape) in ((65, 32), (32, 65))]
+    if len(mats) != 1:
+        raise CheckFailed(f"the model holds {len(mats)} separate (vocab x d_model) matrices, expected 1 (tied)",
+                          reread=SEC_MODEL,
+                          hint="weight tying is broken: after creating lm_head, set "
+                               "self.lm_head.weight = self.tok_emb.weight (and create nothing after that which "
+                               "replaces it)")
+    passed("GPT: position embeddings added, output layer tied to the token embedding")
+
+
+def gpt_overfits(GPT) -> None:
+    """Training on one small batch drives the loss down (the model can learn at all)."""
+    torch.manual_seed(0)
+    model = _build(GPT, seed=3, block_size=8, n_layer=1, n_head=2, d_model=32).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    if n_params < 65 * 32 + 4 * 32 * 32:  # at least the embedding and one block's attention matrices
+        raise CheckFailed(f"the model registers only {n_params:,} parameters: the blocks' weights are missing",
+                          reread=SEC_MODEL, hint="keep the blocks in an nn.ModuleList (a plain Python list hides "
+                                                 "their parameters from model.parameters() and the optimizer)")
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(65, (4, 8), generator=g)
+    y = torch.randint(65, (4, 8), generator=g)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(80):
+        _, loss = _forward(model, x, y)
+        first = loss.item() if first is None else first
+        opt.zero_grad()
+        call(loss.backward, name="loss.backward", reread=SEC_MODEL)
+        opt.step()
+    if loss.item() > 0.5:
+        raise CheckFailed(f"80 Adam steps on a single batch only brought the loss from {first:.2f} to {loss.item():.2f}",
+                          reread=SEC_MODEL, hint="a correct model memorises one batch of 32 tokens quickly: check "
+                          "that the blocks, ln_f and lm_head are all used and that the parameters are registered "
+                          "(nn.ModuleList, not a Python list)")
+    passed(f"GPT: overfits a single batch (loss {first:.2f} -> {loss.item():.2f} in 80 steps)")
+
+
+# ----------------------------------------------------------------------------------------
+# generate
+# ----------------------------------------------------------------------------------------
+class FixedLogits(nn.Module):
+    """A stand-in model: fixed next-token scores; records the context lengths it is given."""
+
+    def __init__(self, scores, block_size=4, follow=False):
+        super().__init__()
+        self.scores, self.block_size, self.follow = torch.as_tensor(scores, dtype=torch.float32), block_size, follow
+        self.seen: list[int] = []
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        self.seen.append(T)  # a real GPT would fail on T > block_size; the stub records it for the hint
+        V = self.scores.numel()
+        logits = self.scores.expand(B, T, V).clone()
+        if self.follow:  # strongly prefer (token + 1) % V at each position: tests the LAST position is used
+            logits = logits + 20 * F.one_hot((idx + 1) % V, V).float()
+        return logits, None
+
+
+def _gen(generate, model, idx, n, **kw):
+    out = call(generate, model, idx, n, name="generate", reread=SEC_GENERATE, **kw)
+    return expect_tensor(out, "generate(...)", SEC_GENERATE)
+
+
+def generate_basics(generate) -> None:
+    """Shape (B, T + n), prompt kept, context cropped to block_size, last position used, reproducible."""
+    model = FixedLogits(torch.zeros(6), block_size=4, follow=True)
+    prompt = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2]])  # longer than block_size
+    out = _gen(generate, model, prompt, 5, top_k=1)
+    expect_shape(out, (1, 14), "generate(model, prompt (1, 9), 5)", reread=SEC_GENERATE,
+                 hint="return the prompt followed by the new tokens: torch.cat([idx, next_token], dim=1) each step")
+    if max(model.seen) > 4:
+        raise CheckFailed("generate fed more than block_size tokens to the model", reread=SEC_GENERATE,
+                          hint="the context is not cropped: idx_cond = idx[:, -model.block_size:]")
+    if not torch.equal(out[:, :9], prompt):
+        raise CheckFailed("the output does not start with the prompt", reread=SEC_GENERATE)
+    if out[0, 9:].tolist() != [3, 4, 5, 0, 1]:
+        hint = "use the logits of the LAST position, logits[:, -1, :]: they predict the next token"
+        raise CheckFailed("with top_k=1 generate should follow the model's most likely next token", hint=hint,
+                          reread=SEC_GENERATE, details=[f"expected new tokens [3, 4, 5, 0, 1], got {out[0, 9:].tolist()}"])
+    model = FixedLogits(torch.tensor([0.0, 1.0, 2.0, 0.5]), block_size=4)
+    a = _gen(generate, model, torch.zeros(8, 1, dtype=torch.long), 6, generator=torch.Generator().manual_seed(0))
+    b = _gen(generate, model, torch.zeros(8, 1, dtype=torch.long), 6, generator=torch.Generator().manual_seed(0))
+    if not torch.equal(a, b):
+        raise CheckFailed("two calls with identically seeded generators gave different text", reread=SEC_GENERATE,
+                          hint="pass the generator on: torch.multinomial(probs, 1, generator=generator)")
+    passed("generate: (B, T + n), context cropped to block_size, last position used, reproducible")
+
+
+def _freqs(generate, scores, n_rows=20000, **kw):
+    model = FixedLogits(scores, block_size=4)
+    out = _gen(generate, model, torch.zeros(n_rows, 1, dtype=torch.long), 1,
+               generator=torch.Generator().manual_seed(1), **kw)
+    return torch.bincount(out[:, -1], minlength=len(scores)).float() / n_rows
+
+
+def generate_sampling(generate) -> None:
+    """The sampled frequencies follow softmax(logits / temperature), restricted to the top k."""
+    scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 0.5])
+    for temp in (1.0, 0.5):
+        p = _freqs(generate, scores, temperature=temp)
+        want = F.softmax(scores / temp, -1)
+        if (p - want).abs().max() > 0.02:
+            hint = "divide the logits by the temperature BEFORE the softmax, then sample with torch.multinomial"
+            if temp != 1.0 and (p - F.softmax(scores, -1)).abs().max() < 0.02:
+                hint = ("the temperature has no effect: it is applied after the softmax (dividing probabilities "
+                        "by a constant changes nothing once they are renormalised): divide the LOGITS by it")
+            raise CheckFailed(f"sampled frequencies with temperature {temp} don't match softmax(logits / {temp})",
+                              reread=SEC_GENERATE, hint=hint,
+                              details=[f"logits {scores.tolist()}", f"expected {[round(v, 3) for v in want.tolist()]}",
+                                       f"yours    {[round(v, 3) for v in p.tolist()]}  (20000 samples)"])
+    p = _freqs(generate, scores, top_k=2)
+    kept = {i for i, v in enumerate(p.tolist()) if v > 0}
+    if kept != {2, 3}:
+        raise CheckFailed(f"with top_k=2 the sampled tokens are {sorted(kept)}, expected [2, 3] (the two largest logits)",
+                          reread=SEC_GENERATE,
+                          hint="top-k keeps the wrong tokens: v = torch.topk(logits, k).values; set logits < v[:, [-1]] "
+                               "(smaller than the k-th largest) to -inf")
+    want = F.softmax(torch.tensor([2.0, 3.0]), -1)
+    if abs(p[3].item() - want[1].item()) > 0.02:
+        raise CheckFailed("with top_k=2 the two kept tokens have the wrong proportions", reread=SEC_GENERATE,
+                          hint="after masking, take the softmax of the remaining logits")
+    passed("generate: frequencies follow softmax(logits / temperature); top_k keeps the k largest")

@@ -1,0 +1,599 @@
+"""A character-level GPT and everything lecture 08 needs to train it, on a laptop CPU or a GPU.
+
+The model is the decoder-only Transformer of lectures 05-07: token + position embeddings, a
+stack of pre-LayerNorm blocks with *causal* self-attention, a final LayerNorm and a linear
+head tied to the token embedding. The pieces the exercise asks for (``GPT``, ``generate``,
+``lr_at``, ``get_batch``) are here in reference form, together with the training machinery
+the lecture and ``python -m attention_workbook.train`` share: presets, device and precision
+choice, AdamW groups, loss estimates, checkpoints, attention maps and head ablation.
+
+Shapes: B batch, T positions (<= block_size), D = d_model, H heads, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .blocks import FeedForward, TransformerBlock
+from .mha import MultiHeadAttention, attention, merge_heads, split_heads
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+# ----------------------------------------------------------------------------- the model
+class CausalSelfAttention(MultiHeadAttention):
+    """Lecture 05's attention with three additions for a trained GPT.
+
+    * ``is_causal=True`` goes straight to ``F.scaled_dot_product_attention(is_causal=True)``,
+      which lets PyTorch pick its fused (flash / memory-efficient) kernels;
+    * ``keep_weights=True`` takes the slow path that stores ``last_weights`` (B, H, T, T) for
+      heatmaps;
+    * ``head_mask`` (H,) multiplies each head's output before the heads are merged: 0 ablates a head.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, bias=bias, dropout=dropout, fast=True)
+        self.keep_weights = False
+        self.head_mask: torch.Tensor | None = None
+
+    def forward(self, x, kv=None, mask=None, is_causal=False):
+        if kv is not None:  # cross-attention (not used by a GPT): lecture 05's code path
+            return super().forward(x, kv=kv, mask=mask, is_causal=is_causal)
+        D, H = self.d_model, self.n_heads
+        q, k, v = self.W_qkv(x).split(D, dim=-1)                           # 3 x (B, T, D)
+        q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)  # (B, H, T, Dh)
+        if is_causal and (mask is not None or self.keep_weights):
+            T = q.size(-2)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            mask, is_causal = (causal if mask is None else mask & causal), False
+        if self.keep_weights:
+            y, w = attention(q, k, v, mask)                                 # (B, H, T, Dh), (B, H, T, T)
+            self.last_weights = w.detach()
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                               dropout_p=self.dropout if self.training else 0.0)
+            self.last_weights = None
+        if self.head_mask is not None:
+            y = y * self.head_mask.to(y.dtype).view(1, H, 1, 1)
+        return self.W_o(merge_heads(y))                                     # (B, T, D)
+
+
+class Block(TransformerBlock):
+    """Lecture 06's pre-LN block with the GPT attention above, GELU and an optional bias-free mode."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, dropout: float = 0.0,
+                 bias: bool = True, activation: str = "gelu"):
+        d_ff = d_ff or 4 * d_model
+        super().__init__(d_model, n_heads, d_ff, dropout, pre_ln=True, fast=True,
+                         activation=ACTIVATIONS[activation])
+        self.attn = CausalSelfAttention(d_model, n_heads, bias=bias, dropout=dropout)
+        if not bias:
+            self.ln1, self.ln2 = nn.LayerNorm(d_model, bias=False), nn.LayerNorm(d_model, bias=False)
+            self.ff.net[0] = nn.Linear(d_model, d_ff, bias=False)
+            self.ff.net[2] = nn.Linear(d_ff, d_model, bias=False)
+
+
+class GPT(nn.Module):
+    """Decoder-only Transformer language model.
+
+    ``forward(idx (B, T) int64, targets (B, T) or None) -> (logits (B, T, V), loss or None)``;
+    the loss is the mean cross-entropy of predicting ``targets[b, t]`` from ``idx[b, :t+1]``.
+    """
+
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, d_model: int,
+                 dropout: float = 0.0, *, d_ff: int | None = None, bias: bool = True,
+                 tie_weights: bool = True, activation: str = "gelu"):
+        super().__init__()
+        self.vocab_size, self.block_size = vocab_size, block_size
+        self.n_layer, self.n_head, self.d_model = n_layer, n_head, d_model
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(block_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_head, d_ff, dropout, bias, activation) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model, bias=bias)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_weights:  # one (V, D) matrix reads tokens in and scores them out (GPT-2 does this)
+            self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # residual projections: keep the stream's variance in check
+            if name.endswith("attn.W_o.weight") or name.endswith("ff.net.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+    @classmethod
+    def from_config(cls, cfg: "GPTConfig") -> "GPT":
+        return cls(cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.d_model, cfg.dropout,
+                   d_ff=cfg.d_ff, bias=cfg.bias, tie_weights=cfg.tie_weights, activation=cfg.activation)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.block_size:
+            raise ValueError(f"sequence of length {T} is longer than block_size={self.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))   # (B, T, D) + (T, D)
+        for block in self.blocks:
+            x = block(x, is_causal=True)                         # (B, T, D)
+        logits = self.lm_head(self.ln_f(x))                      # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(B * T, -1).float(), targets.reshape(B * T))
+        return logits, loss
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Distinct parameters (a tied matrix counts once); optionally without the position table."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.pos_emb.weight.numel() if non_embedding else n
+
+    def attentions(self) -> list[CausalSelfAttention]:
+        return [b.attn for b in self.blocks]
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
+        """Attention weights (n_layer, B, H, T, T) of every layer and head for ``idx`` (B, T)."""
+        was_training = self.training
+        self.eval()
+        for a in self.attentions():
+            a.keep_weights = True
+        try:
+            self(idx)
+            return torch.stack([a.last_weights for a in self.attentions()])
+        finally:
+            for a in self.attentions():
+                a.keep_weights, a.last_weights = False, None
+            self.train(was_training)
+
+
+# ----------------------------------------------------------------------------- the graded pieces
+@torch.no_grad()
+def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Extend ``idx`` (B, T) by ``max_new_tokens`` sampled tokens; returns (B, T + max_new_tokens).
+
+    Each step feeds at most the last ``model.block_size`` tokens, divides the last position's
+    logits by ``temperature``, keeps the ``top_k`` largest (if given) and samples from the
+    softmax with ``torch.multinomial(..., generator=generator)``: the same seeded generator
+    gives the same text. ``temperature=0`` means greedy (argmax). The model is put in eval mode
+    for the call (no dropout) and restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            idx_cond = idx[:, -model.block_size:]                # (B, <= block_size)
+            logits, _ = model(idx_cond)
+            logits = logits[:, -1, :].float()                    # (B, V) the next-token scores
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
+    finally:
+        model.train(was_training)
+    return idx
+
+
+def lr_at(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: float) -> float:
+    """Learning rate at optimizer step ``step`` (0-based).
+
+    Steps 0 .. warmup_steps-1 rise linearly: max_lr * (step + 1) / warmup_steps, so step 0 already
+    learns and step warmup_steps-1 reaches max_lr. From warmup_steps to max_steps a half cosine
+    goes from max_lr down to min_lr; from max_steps on the rate stays at min_lr.
+    """
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    ratio = (step - warmup_steps) / (max_steps - warmup_steps)   # 0 -> 1
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+
+def get_batch(data: torch.Tensor, block_size: int, batch_size: int,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of ``data`` (1-D token ids): x (B, T) and y = x shifted by one."""
+    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # window starts
+    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])          # (B, T)
+    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])  # (B, T) next characters
+    return x, y
+
+
+# ----------------------------------------------------------------------------- configurations
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    d_ff: int | None = None       # None = 4 * d_model
+    dropout: float = 0.0
+    bias: bool = True
+    tie_weights: bool = True
+    activation: str = "gelu"
+
+
+@dataclass
+class TrainConfig:
+    name: str = "custom"
+    model: GPTConfig = field(default_factory=GPTConfig)
+    batch_size: int = 12          # sequences per step (per process under DDP)
+    max_iters: int = 2000
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    eval_interval: int = 250
+    eval_iters: int = 20          # batches per loss estimate
+    seed: int = 1337
+    threads: int | None = None    # torch.set_num_threads on CPU (None: leave PyTorch's default)
+    precision: str = "auto"       # "auto" (see amp_dtype), "fp32", "bf16" or "fp16"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        d["model"] = GPTConfig(**d["model"])
+        return cls(**d)
+
+    def with_overrides(self, **kw) -> "TrainConfig":
+        """Copy with fields replaced; model fields (n_layer, d_model, ...) are accepted too."""
+        model_keys = {k: kw.pop(k) for k in list(kw) if k in GPTConfig.__dataclass_fields__}
+        return replace(self, model=replace(self.model, **model_keys), **kw)
+
+
+PRESETS: dict[str, TrainConfig] = {
+    # a few seconds: the test suite and a first look at a new setup
+    "smoke": TrainConfig("smoke", GPTConfig(block_size=32, n_layer=1, n_head=2, d_model=32, bias=False),
+                         batch_size=8, max_iters=30, lr=3e-3, min_lr=3e-4, warmup_iters=5, precision="fp32",
+                         eval_interval=15, eval_iters=4),
+    # tuned on a 2-core CPU for about 80 s of training (benchmarks/bench_gpt_cpu.py, results/)
+    "cpu": TrainConfig("cpu", GPTConfig(block_size=64, n_layer=3, n_head=4, d_model=192, bias=False),
+                       batch_size=32, max_iters=1000, lr=3e-3, min_lr=3e-4, warmup_iters=50,
+                       weight_decay=0.1, eval_interval=250, eval_iters=20, threads=2),
+    # nanoGPT's shakespeare-char model, for a free Colab T4 (fp16 + GradScaler); not yet timed
+    "t4": TrainConfig("t4", GPTConfig(block_size=256, n_layer=6, n_head=6, d_model=384, dropout=0.2),
+                      batch_size=64, max_iters=5000, lr=1e-3, min_lr=1e-4, warmup_iters=100,
+                      eval_interval=250, eval_iters=100),
+    # the same recipe in bf16 with a larger context, for an A100 / H100 class GPU; not yet timed
+    "large-gpu": TrainConfig("large-gpu", GPTConfig(block_size=256, n_layer=8, n_head=8, d_model=512, dropout=0.2),
+                             batch_size=64, max_iters=5000, lr=6e-4, min_lr=6e-5, warmup_iters=200,
+                             eval_interval=250, eval_iters=100),
+}
+
+# nanoGPT's README recipe for a CPU (the figure lecture 08 compares against)
+NANOGPT_CPU = TrainConfig("nanogpt-cpu", GPTConfig(block_size=64, n_layer=4, n_head=4, d_model=128, dropout=0.0,
+                                                   activation="gelu"),
+                          batch_size=12, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=100,
+                          eval_interval=2000, eval_iters=20, threads=None)
+
+
+def pick_device() -> str:
+    """"cuda" if a GPU is there, else "mps" on Apple silicon, else "cpu"."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True on CPUs with bf16 dot-product instructions (AVX512-BF16 or AMX): there bf16 autocast
+    is faster than float32; on other CPUs it is emulated and much slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def amp_dtype(device: str, precision: str = "auto") -> torch.dtype | None:
+    """Autocast dtype. "auto": bf16 on GPUs that have it (Ampere and newer), fp16 on older ones
+    (a T4, with a GradScaler), bf16 on CPUs with native bf16, else None (plain float32)."""
+    if precision != "auto":
+        return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    if device == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device == "cpu" and cpu_has_fast_bf16():
+        return torch.bfloat16
+    return None
+
+
+def smoke_mode() -> bool:
+    """True when a notebook should only check that it runs: $AWB_SMOKE=1, or executed by pytest
+    (the test suite's kernels inherit PYTEST_CURRENT_TEST) or by the autograder ($AWB_GRADING=1)."""
+    return (os.environ.get("AWB_SMOKE") == "1" or "PYTEST_CURRENT_TEST" in os.environ
+            or os.environ.get("AWB_GRADING") == "1")
+
+
+def choose_preset(device: str | None = None, override: str | None = None) -> str:
+    """The preset to use: ``override``, else $AWB_PRESET, else "smoke" in smoke mode, else by device."""
+    name = override or os.environ.get("AWB_PRESET")
+    if not name and smoke_mode():
+        name = "smoke"
+    if not name:
+        device = device or pick_device()
+        if device == "cuda":
+            name = "large-gpu" if torch.cuda.is_bf16_supported() and \
+                torch.cuda.get_device_properties(0).total_memory > 30e9 else "t4"
+        else:
+            name = "cpu"
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return name
+
+
+# ----------------------------------------------------------------------------- training pieces
+def configure_optimizer(model: nn.Module, weight_decay: float, lr: float, betas=(0.9, 0.99),
+                        device: str = "cpu") -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (dim >= 2); biases and LayerNorm gains are not decayed."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    extra = {"fused": True} if device.startswith("cuda") else {}
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, **extra)
+
+
+def autocast(device: str, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
+
+
+@torch.no_grad()
+def estimate_loss(model: nn.Module, splits: dict[str, torch.Tensor], block_size: int, batch_size: int,
+                  eval_iters: int, device: str = "cpu", dtype: torch.dtype | None = None,
+                  seed: int = 0) -> dict[str, float]:
+    """Mean loss over ``eval_iters`` random batches per split, with a fixed seed so that two
+    estimates (two checkpoints, an ablated head, ...) are measured on the same windows."""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for name, data in splits.items():
+        g = torch.Generator().manual_seed(seed)
+        total = 0.0
+        for _ in range(eval_iters):
+            x, y = get_batch(data, block_size, batch_size, g)
+            with autocast(device, dtype):
+                _, loss = model(x.to(device), y.to(device))
+            total += loss.item()
+        out[name] = total / eval_iters
+    model.train(was_training)
+    return out
+
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer, cfg: TrainConfig, step: int,
+                    history: dict, chars: list[str] | None = None, scaler=None,
+                    rng: torch.Tensor | None = None) -> Path:
+    """Write everything needed to resume (atomically: a disconnect mid-write keeps the old file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = getattr(model, "module", model)  # unwrap DDP
+    state = {"model": raw.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
+             "scaler": scaler.state_dict() if scaler is not None else None,
+             "config": cfg.to_dict(), "step": step, "history": history, "chars": chars, "rng": rng}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, device: str = "cpu") -> dict:
+    return torch.load(path, map_location=device, weights_only=False)
+
+
+def model_from_checkpoint(path: str | os.PathLike, device: str = "cpu") -> tuple[GPT, dict]:
+    ck = load_checkpoint(path, device)
+    cfg = TrainConfig.from_dict(ck["config"])
+    model = GPT.from_config(cfg.model).to(device)
+    model.load_state_dict(ck["model"])
+    return model, ck
+
+
+@dataclass
+class RunInfo:
+    """Where the loop runs: device, precision and (under torchrun) the process group."""
+    device: str = "cpu"
+    dtype: torch.dtype | None = None
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+
+def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data: torch.Tensor, *,
+          run: RunInfo | None = None, ckpt_path: str | os.PathLike | None = None, resume: bool = True,
+          chars: list[str] | None = None, progress: bool = True, max_seconds: float | None = None,
+          on_eval: Callable[[int, dict], None] | None = None, eval_at_end: bool = True) -> dict:
+    """The training loop the lecture and ``attention_workbook.train`` share.
+
+    ``model`` may be wrapped in DistributedDataParallel (then each rank draws its own batches and
+    DDP averages the gradients). Every ``eval_interval`` steps the train/val losses are estimated
+    (averaged over ranks), ``on_eval(step, history)`` is called and, on rank 0, a checkpoint is
+    written to ``ckpt_path``. With ``resume`` and an existing checkpoint the run continues
+    where it stopped. ``max_seconds`` stops early (the wall-clock budget of a benchmark).
+    Returns the history dict (steps, losses, learning rates, tokens/s).
+    """
+    from tqdm.auto import tqdm
+
+    run = run or RunInfo()
+    raw = getattr(model, "module", model)
+    if cfg.threads and run.device == "cpu":
+        torch.set_num_threads(cfg.threads)
+    optimizer = configure_optimizer(raw, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), run.device)
+    scaler = torch.amp.GradScaler("cuda") if run.dtype == torch.float16 else None
+    history = {"step": [], "train": [], "val": [], "lr": [], "tokens_per_s": [], "elapsed": [], "loss": []}
+    start = 0
+    if resume and ckpt_path is not None and Path(ckpt_path).is_file():
+        ck = load_checkpoint(ckpt_path, run.device)
+        raw.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        if scaler is not None and ck.get("scaler"):
+            scaler.load_state_dict(ck["scaler"])
+        history, start = ck["history"], ck["step"]
+        if run.master and progress:
+            print(f"resumed from {ckpt_path} at step {start}")
+    g = torch.Generator().manual_seed(cfg.seed + 1000 * run.rank + start)  # each rank its own batches
+    if start and run.world_size == 1 and ck.get("rng") is not None:
+        g.set_state(ck["rng"])  # the same batches an uninterrupted run would have drawn
+    block = raw.block_size
+    tokens_per_step = cfg.batch_size * block * run.world_size
+
+    def evaluate(step: int) -> None:
+        losses = estimate_loss(raw, {"train": train_data, "val": val_data}, block, cfg.batch_size,
+                               cfg.eval_iters, run.device, run.dtype, seed=cfg.seed + run.rank)
+        if run.world_size > 1:
+            import torch.distributed as dist
+            t = torch.tensor([losses["train"], losses["val"]], device=run.device)
+            dist.all_reduce(t)
+            losses = {"train": t[0].item() / run.world_size, "val": t[1].item() / run.world_size}
+        history["step"].append(step)
+        history["train"].append(losses["train"])
+        history["val"].append(losses["val"])
+        if ckpt_path is not None and run.master:
+            save_checkpoint(ckpt_path, model, optimizer, cfg, step, history, chars, scaler, g.get_state())
+            history["checkpoints_written"] = history.get("checkpoints_written", 0) + 1
+        if on_eval is not None:
+            on_eval(step, history)
+
+    model.train()
+    t0 = time.perf_counter()
+    spent_before = history["elapsed"][-1] if history["elapsed"] else 0.0
+    bar = tqdm(range(start, cfg.max_iters), initial=start, total=cfg.max_iters, disable=not (progress and run.master),
+               desc=f"training ({cfg.name})", unit="step")
+    step = start
+    for step in bar:
+        lr = lr_at(step, cfg.warmup_iters, cfg.max_iters, cfg.lr, cfg.min_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(train_data, block, cfg.batch_size, g)
+        x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
+        with autocast(run.device, run.dtype):
+            _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+        done = step + 1
+        if done % 10 == 0 or done == cfg.max_iters:
+            elapsed = time.perf_counter() - t0
+            history["loss"].append((done, loss.item()))
+            history["lr"].append((done, lr))
+            history["elapsed"].append(spent_before + elapsed)
+            history["tokens_per_s"].append((done - start) * tokens_per_step / max(elapsed, 1e-9))
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{history['tokens_per_s'][-1]:,.0f}")
+        if done % cfg.eval_interval == 0 and done < cfg.max_iters:
+            evaluate(done)
+        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+            break
+    bar.close()
+    history["train_seconds"] = spent_before + time.perf_counter() - t0
+    history["last_step"] = step + 1 if cfg.max_iters > start else start
+    if eval_at_end and (not history["step"] or history["step"][-1] != history["last_step"]):
+        evaluate(history["last_step"])
+    return history
+
+
+# ----------------------------------------------------------------------------- looking inside
+@contextlib.contextmanager
+def ablate_heads(model: GPT, heads: list[tuple[int, int]]):
+    """Zero the output of the given (layer, head) pairs inside the ``with`` block."""
+    attns = model.attentions()
+    try:
+        for layer, head in heads:
+            a = attns[layer]
+            if a.head_mask is None:
+                a.head_mask = torch.ones(a.n_heads, device=a.W_o.weight.device)
+            a.head_mask[head] = 0.0
+        yield model
+    finally:
+        for a in attns:
+            a.head_mask = None
+
+
+@torch.no_grad()
+def head_ablation(model: GPT, val_data: torch.Tensor, batch_size: int = 16, eval_iters: int = 8,
+                  device: str = "cpu", seed: int = 0, progress: bool = False) -> tuple[float, torch.Tensor]:
+    """Val loss of the full model and the change (n_layer, n_head) when each single head is zeroed.
+
+    Every measurement uses the same windows (fixed seed), so the differences are not sampling noise.
+    """
+    from tqdm.auto import tqdm
+
+    est = lambda: estimate_loss(model, {"val": val_data}, model.block_size, batch_size, eval_iters,
+                                device, seed=seed)["val"]
+    base = est()
+    delta = torch.zeros(model.n_layer, model.n_head)
+    pairs = [(l, h) for l in range(model.n_layer) for h in range(model.n_head)]
+    for l, h in tqdm(pairs, desc="ablating heads", disable=not progress):
+        with ablate_heads(model, [(l, h)]):
+            delta[l, h] = est() - base
+    return base, delta
+
+
+class LivePlot:
+    """A loss plot that redraws in place in a notebook (or does nothing outside one)."""
+
+    def __init__(self, title: str = "loss", figsize=(6, 3)):
+        import matplotlib.pyplot as plt
+
+        self.fig, self.ax = plt.subplots(figsize=figsize)
+        self.title = title
+        self.handle = None
+        plt.close(self.fig)  # drawn through the display handle only, not again at the cell's end
+
+    def update(self, step: int, history: dict) -> None:
+        ax = self.ax
+        ax.clear()
+        if history["loss"]:
+            s, l = zip(*history["loss"])
+            ax.plot(s, l, color="0.75", lw=1, label="train (batch)")
+        ax.plot(history["step"], history["train"], "o-", label="train (estimate)")
+        ax.plot(history["step"], history["val"], "o-", label="val (estimate)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy (nats)")
+        ax.set_title(self.title)
+        ax.legend(loc="upper right", fontsize=8)
+        self.fig.tight_layout()
+        try:
+            from IPython.display import display
+        except ImportError:  # pragma: no cover
+            return
+        if self.handle is None:
+            self.handle = display(self.fig, display_id=True)
+        else:
+            self.handle.update(self.fig)

@@ -1,0 +1,100 @@
+"""A vanilla RNN, small enough to read in one sitting: what lecture 01 unrolls and measures.
+
+    h_t = tanh(x_t @ W_xh + h_{t-1} @ W_hh + b)          x_t (B, D_in), h_t (B, H)
+
+Weights act from the right (``x @ W``), the convention of ``nn.Linear``'s math written out and
+of every later lecture (``x @ W_q``). The recurrent matrix is a random orthogonal matrix times
+``weight_scale``, so ``weight_scale`` *is* its spectral radius: below 1 signals shrink at every
+step, above 1 they can grow (until tanh saturates).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class RNNConfig:
+    d_in: int = 8           # size of each input vector x_t
+    d_hidden: int = 16      # size of the hidden state h_t
+    weight_scale: float = 1.0  # spectral radius of W_hh
+    input_scale: float = 1.0   # W_xh entries ~ N(0, input_scale^2 / d_in)
+    seed: int = 0
+
+
+def orthogonal(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A random (n, n) orthogonal matrix (QR of a Gaussian matrix, signs fixed)."""
+    a = torch.randn(n, n, generator=generator)
+    q, r = torch.linalg.qr(a)
+    return q * torch.sign(torch.diagonal(r))  # (n, n); columns scaled by +-1 stay orthonormal
+
+
+class VanillaRNN(nn.Module):
+    """One tanh cell applied T times. ``forward`` returns every hidden state, (B, T, H)."""
+
+    def __init__(self, cfg: RNNConfig):
+        super().__init__()
+        self.cfg = cfg
+        g = torch.Generator().manual_seed(cfg.seed)
+        H, D = cfg.d_hidden, cfg.d_in
+        self.W_xh = nn.Parameter(torch.randn(D, H, generator=g) * cfg.input_scale / D**0.5)  # (D_in, H)
+        self.W_hh = nn.Parameter(orthogonal(H, g) * cfg.weight_scale)                        # (H, H)
+        self.b = nn.Parameter(torch.zeros(H))                                                # (H,)
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """One time step: (B, D_in), (B, H) -> (B, H)."""
+        return torch.tanh(x_t @ self.W_xh + h @ self.W_hh + self.b)
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, _ = x.shape                                   # (B, T, D_in)
+        h = x.new_zeros(B, self.cfg.d_hidden) if h0 is None else h0  # (B, H)
+        states = []
+        for t in range(T):                                  # T steps, each waits for the last
+            h = self.step(x[:, t], h)                       # (B, H)
+            states.append(h)
+        return torch.stack(states, dim=1)                   # (B, T, H)
+
+
+def sequential_steps_rnn(T: int) -> list[int]:
+    """How many cell applications must finish before h_t exists, for t = 0..T-1."""
+    return [t + 1 for t in range(T)]
+
+
+def sequential_steps_attention(T: int) -> list[int]:
+    """Same count for one self-attention layer: every output is one (parallel) matrix product away."""
+    return [1 for _ in range(T)]
+
+
+def seconds_per_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs (after ``warmup`` runs)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+# A passage in the spirit of the lecture's example: "her" near the end refers to someone named
+# dozens of tokens earlier. Written for this workbook.
+CATHERINE_PASSAGE = (
+    "Catherine the Great , born a minor German princess in 1729 , reached the Russian throne "
+    "in 1762 after a palace coup removed her husband . During the decades that followed , "
+    "the empire pushed its borders south to the Black Sea , founded new towns and schools , "
+    "welcomed settlers from across Europe , and argued about the ideas of the Enlightenment "
+    "in its salons . Historians still debate how much of this change was planned , but most "
+    "agree that the letters , laws and academies of the period carry her signature ."
+)
+
+
+def tokens(text: str = CATHERINE_PASSAGE) -> list[str]:
+    """Whitespace tokens (the passage is written with spaces around punctuation)."""
+    return text.split()

@@ -1,0 +1,552 @@
+"""Misconception catalog for exercise 04 (softmax, masks, scaled dot-product attention)."""
+
+from . import Alternative, Mistake
+
+_SDPA_ALL = ("test_sdpa_values", "test_sdpa_causal", "test_sdpa_padding")
+
+MISTAKES = [
+    # -- softmax ---------------------------------------------------------------------------
+    Mistake(
+        id="softmax_wrong_axis", cell="softmax",
+        description="softmax normalised over the first axis instead of `dim`",
+        source='''def softmax(x, dim=-1):
+    shifted = x - x.amax(dim=0, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(dim=0, keepdim=True)
+''',
+        must_fail=("test_softmax_values", "test_softmax_dim"), hint="softmax over dim="),
+    Mistake(
+        id="softmax_no_max_subtraction", cell="softmax",
+        description="softmax without subtracting the maximum: overflows to nan for large scores",
+        source='''def softmax(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        must_fail=("test_softmax_stability",), hint="subtract the maximum"),
+    Mistake(
+        id="softmax_ignores_dim", cell="softmax",
+        description="softmax always over the last axis, ignoring the `dim` argument",
+        source='''def softmax(x, dim=-1):
+    shifted = x - x.max(dim=-1, keepdim=True).values
+    e = shifted.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+''',
+        must_fail=("test_softmax_dim",), hint="dim="),
+    Mistake(
+        id="softmax_global_max", cell="softmax",
+        description="subtracts the global maximum instead of each row's: rows far below it underflow to 0/0",
+        source='''def softmax(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        must_fail=("test_softmax_stability",), hint="maximum of each row"),
+    Mistake(
+        id="softmax_uses_builtin", cell="softmax",
+        description="calls torch.softmax instead of writing the softmax",
+        source='''def softmax(x, dim=-1):
+    return torch.softmax(x, dim=dim)
+''',
+        must_fail=("test_softmax_values", "test_softmax_dim", "test_softmax_stability"), hint="off limits"),
+    # -- masks -----------------------------------------------------------------------------
+    Mistake(
+        id="causal_mask_upper", cell="causal_mask",
+        description="causal mask as the upper triangle: tokens see the future instead of the past",
+        source='''def causal_mask(T):
+    return torch.ones(T, T, dtype=torch.bool).triu()
+''',
+        must_fail=("test_causal_mask",), hint="future"),
+    Mistake(
+        id="causal_mask_diagonal", cell="causal_mask",
+        description="causal mask that also hides the diagonal: a token may not attend to itself",
+        source='''def causal_mask(T):
+    return torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
+''',
+        must_fail=("test_causal_mask",), hint="diagonal"),
+    Mistake(
+        id="causal_mask_float", cell="causal_mask",
+        description="causal mask of floats (1.0/0.0) instead of booleans",
+        source='''def causal_mask(T):
+    return torch.tril(torch.ones(T, T))
+''',
+        must_fail=("test_causal_mask",), hint="torch.bool"),
+    Mistake(
+        id="padding_mask_queries", cell="padding_mask",
+        description="padding mask on the query axis (B, T, 1): keys and queries swapped",
+        source='''def padding_mask(lengths, T):
+    return (torch.arange(T)[None, :] < lengths[:, None])[:, :, None]
+''',
+        must_fail=("test_padding_mask",), hint="keys and queries are swapped"),
+    Mistake(
+        id="padding_mask_inverted", cell="padding_mask",
+        description="padding mask True on the padding (the inverse of 'may attend')",
+        source='''def padding_mask(lengths, T):
+    return (torch.arange(T)[None, :] >= lengths[:, None])[:, None, :]
+''',
+        must_fail=("test_padding_mask",), hint="inverted"),
+    Mistake(
+        id="padding_mask_off_by_one", cell="padding_mask",
+        description="padding mask keeps position == length (positions count from 0)",
+        source='''def padding_mask(lengths, T):
+    return (torch.arange(T)[None, :] <= lengths[:, None])[:, None, :]
+''',
+        must_fail=("test_padding_mask",), hint="off by one"),
+    # -- scaled dot-product attention -------------------------------------------------------
+    Mistake(
+        id="sdpa_no_scaling", cell="scaled_dot_product_attention",
+        description="attention scores not divided by sqrt(d): the softmax saturates as d grows",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=_SDPA_ALL, hint="no scaling"),
+    Mistake(
+        id="sdpa_scale_by_d", cell="scaled_dot_product_attention",
+        description="attention scores divided by d instead of sqrt(d)",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=_SDPA_ALL, hint="scaling by d instead of sqrt(d)"),
+    Mistake(
+        id="sdpa_mask_after_softmax", cell="scaled_dot_product_attention",
+        description="mask applied to the weights after the softmax: rows no longer sum to 1",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights
+''',
+        must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="after the softmax"),
+    Mistake(
+        id="sdpa_mask_zero_not_inf", cell="scaled_dot_product_attention",
+        description="masked scores filled with 0 instead of -inf: masked keys still get weight",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="instead of -inf"),
+    Mistake(
+        id="sdpa_mask_inverted", cell="scaled_dot_product_attention",
+        description="mask used the other way round (fills where mask is True)",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="inverted"),
+    Mistake(
+        id="sdpa_softmax_query_axis", cell="scaled_dot_product_attention",
+        description="softmax over the query axis (dim=-2) instead of the keys",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-2)
+    return weights @ v, weights
+''',
+        must_fail=_SDPA_ALL, hint="query axis"),
+    Mistake(
+        id="sdpa_weights_transposed", cell="scaled_dot_product_attention",
+        description="returns the weights transposed, (..., Tk, Tq)",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights.transpose(-2, -1)
+''',
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="transposed"),
+    Mistake(
+        id="sdpa_transpose_1_2", cell="scaled_dot_product_attention",
+        description="transposes axes 1 and 2 of k: right for (B, T, d) only, wrong with other batch dims",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=("test_sdpa_shapes", "test_sdpa_values", "test_sdpa_padding")),
+    Mistake(
+        id="sdpa_k_dot_T", cell="scaled_dot_product_attention",
+        description="uses k.T, which reverses every axis of a batched tensor, instead of k.transpose(-2, -1)",
+        source='''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.T / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="shape"),
+]
+
+ALTERNATIVES = [
+    Alternative(
+        id="einsum_and_loops",
+        description="einsum attention, a logsumexp softmax, loop-built masks",
+        cells={
+            "softmax": '''def softmax(x, dim=-1):
+    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+''',
+            "causal_mask": '''def causal_mask(T):
+    m = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        for j in range(i + 1):
+            m[i, j] = True
+    return m
+''',
+            "padding_mask": '''def padding_mask(lengths, T):
+    B = lengths.shape[0]
+    m = torch.zeros(B, 1, T, dtype=torch.bool)
+    for b in range(B):
+        m[b, 0, : int(lengths[b])] = True
+    return m
+''',
+            "scaled_dot_product_attention": '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = torch.einsum("...id,...jd->...ij", q, k) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf")))
+    weights = softmax(scores, dim=-1)
+    return torch.einsum("...ij,...jd->...id", weights, v), weights
+''',
+        }),
+    Alternative(
+        id="explicit_max_and_bmm_style",
+        description="softmax with max(...).values, masked scores via addition of a -inf bias",
+        cells={
+            "softmax": '''def softmax(x, dim=-1):
+    m = x.max(dim=dim, keepdim=True).values
+    e = torch.exp(x - m)
+    return e / torch.sum(e, dim=dim, keepdim=True)
+''',
+            "scaled_dot_product_attention": '''def scaled_dot_product_attention(q, k, v, mask=None):
+    d = q.size(-1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
+    if mask is not None:
+        bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+        scores = scores + bias
+    weights = softmax(scores)
+    return torch.matmul(weights, v), weights
+''',
+        }),
+]
+
+
+# ========================================================================================
+# Part 2 (functions 5-8): bilinear and additive scores, einsum attention, SelfAttentionHead
+# ========================================================================================
+_BIL = ("test_bilinear_shapes", "test_bilinear_values")
+_ADD = ("test_additive_shapes", "test_additive_values")
+_EIN = ("test_einsum_values", "test_einsum_batch_dims", "test_einsum_mask")
+_HEAD_VALUES = ("test_head_forward", "test_head_mask")
+
+_HEAD_INIT = '''class SelfAttentionHead(nn.Module):
+    def __init__(self, d_model, d_head):
+        super().__init__()
+        self.d_head = d_head
+        self.W_q = nn.Linear(d_model, d_head, bias=False)
+        self.W_k = nn.Linear(d_model, d_head, bias=False)
+        self.W_v = nn.Linear(d_model, d_head, bias=False)
+'''
+
+MISTAKES += [
+    # -- bilinear_scores ---------------------------------------------------------------------
+    Mistake(
+        id="bilinear_no_W", cell="bilinear_scores",
+        description="bilinear score computed as the plain dot product q k^T, ignoring W",
+        source='''def bilinear_scores(q, k, W):
+    return q @ k.transpose(-2, -1)
+''',
+        must_fail=_BIL, hint="W has shape (dq, dk)"),
+    Mistake(
+        id="bilinear_W_transposed", cell="bilinear_scores",
+        description="bilinear score with W transposed (q W^T k): only runs when dq == dk, then wrong",
+        source='''def bilinear_scores(q, k, W):
+    return q @ W.T @ k.transpose(-2, -1)
+''',
+        must_fail=_BIL, hint="W transposed"),
+    Mistake(
+        id="bilinear_k_first", cell="bilinear_scores",
+        description="scores built from the keys' side, k W^T q^T: the (Tk, Tq) transpose of the answer",
+        source='''def bilinear_scores(q, k, W):
+    return (k @ W.T) @ q.transpose(-2, -1)
+''',
+        must_fail=_BIL, hint="transposed"),
+    Mistake(
+        id="bilinear_scaled", cell="bilinear_scores",
+        description="bilinear scores divided by sqrt(d), which the formula does not have",
+        source='''def bilinear_scores(q, k, W):
+    return (q @ W) @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
+''',
+        must_fail=("test_bilinear_values",), hint="no scaling"),
+    Mistake(
+        id="bilinear_k_dot_T", cell="bilinear_scores",
+        description="k.T on a batched key tensor reverses every axis",
+        source='''def bilinear_scores(q, k, W):
+    return q @ W @ k.T
+''',
+        must_fail=_BIL, hint="k.T"),
+    # -- additive_scores ---------------------------------------------------------------------
+    Mistake(
+        id="additive_W_swapped", cell="additive_scores",
+        description="additive score with W1 applied to the queries and W2 to the keys",
+        source='''def additive_scores(q, k, W1, W2, w):
+    hidden = torch.tanh((q @ W1.T).unsqueeze(-2) + (k @ W2.T).unsqueeze(-3))
+    return hidden @ w
+''',
+        must_fail=_ADD, hint="W1 and W2 swapped"),
+    Mistake(
+        id="additive_no_tanh", cell="additive_scores",
+        description="additive score without the tanh (a linear score)",
+        source='''def additive_scores(q, k, W1, W2, w):
+    return ((q @ W2.T).unsqueeze(-2) + (k @ W1.T).unsqueeze(-3)) @ w
+''',
+        must_fail=("test_additive_values",), hint="without tanh"),
+    Mistake(
+        id="additive_pairs_by_position", cell="additive_scores",
+        description="query i only meets key i (no broadcasting to all pairs)",
+        source='''def additive_scores(q, k, W1, W2, w):
+    return torch.tanh(k @ W1.T + q @ W2.T) @ w
+''',
+        must_fail=_ADD, hint="every query meets every key"),
+    Mistake(
+        id="additive_sum_not_w", cell="additive_scores",
+        description="sums the hidden units instead of the dot product with w",
+        source='''def additive_scores(q, k, W1, W2, w):
+    return torch.tanh((q @ W2.T)[..., :, None, :] + (k @ W1.T)[..., None, :, :]).sum(-1)
+''',
+        must_fail=("test_additive_values",), hint="sum over the hidden units"),
+    Mistake(
+        id="additive_softmax", cell="additive_scores",
+        description="returns softmax weights instead of the scores",
+        source='''def additive_scores(q, k, W1, W2, w):
+    hidden = torch.tanh((q @ W2.T).unsqueeze(-2) + (k @ W1.T).unsqueeze(-3))
+    return torch.softmax(hidden @ w, dim=-1)
+''',
+        must_fail=("test_additive_values",), hint="not the weights"),
+    # -- einsum_attention --------------------------------------------------------------------
+    Mistake(
+        id="einsum_uses_matmul", cell="einsum_attention",
+        description="einsum_attention written with @ (the exercise asks for einsum only)",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''',
+        must_fail=_EIN, hint="off limits"),
+    Mistake(
+        id="einsum_calls_sdpa", cell="einsum_attention",
+        description="einsum_attention delegating to the scaled_dot_product_attention written above (which uses @)",
+        source='''def einsum_attention(q, k, v, mask=None):
+    return scaled_dot_product_attention(q, k, v, mask)
+''',
+        must_fail=_EIN, hint="off limits"),
+    Mistake(
+        id="einsum_no_scaling", cell="einsum_attention",
+        description="einsum attention without the 1/sqrt(d) scaling",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kv->...qv", weights, v), weights
+''',
+        must_fail=_EIN, hint="no scaling"),
+    Mistake(
+        id="einsum_scale_dv", cell="einsum_attention",
+        description="scales by sqrt of the value width dv instead of the query/key width d",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(v.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kv->...qv", weights, v), weights
+''',
+        must_fail=("test_einsum_values", "test_einsum_batch_dims"), hint="sqrt(dv)"),
+    Mistake(
+        id="einsum_no_ellipsis", cell="einsum_attention",
+        description="einsum with a fixed batch letter ('bqd,bkd->bqk'): only works for 3-d inputs",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("bqk,bkv->bqv", weights, v), weights
+''',
+        must_fail=("test_einsum_batch_dims",), hint="'...'"),
+    Mistake(
+        id="einsum_mask_after_softmax", cell="einsum_attention",
+        description="mask applied to the weights after the softmax",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask
+    return torch.einsum("...qk,...kv->...qv", weights, v), weights
+''',
+        must_fail=("test_einsum_mask",), hint="after the softmax"),
+    Mistake(
+        id="einsum_mask_inverted", cell="einsum_attention",
+        description="mask used the other way round (fills where mask is True)",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kv->...qv", weights, v), weights
+''',
+        must_fail=("test_einsum_mask",), hint="inverted"),
+    Mistake(
+        id="einsum_values_summed_wrong", cell="einsum_attention",
+        description="second einsum sums over the queries ('...qk,...qv->...kv') instead of the keys",
+        source='''def einsum_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...kq,...kv->...qv", weights, v), weights
+''',
+        must_fail=_EIN, hint="the key axis"),
+    # -- SelfAttentionHead -------------------------------------------------------------------
+    Mistake(
+        id="head_with_bias", cell="SelfAttentionHead",
+        description="projections with a bias (nn.Linear's default)",
+        source='''class SelfAttentionHead(nn.Module):
+    def __init__(self, d_model, d_head):
+        super().__init__()
+        self.d_head = d_head
+        self.W_q = nn.Linear(d_model, d_head)
+        self.W_k = nn.Linear(d_model, d_head)
+        self.W_v = nn.Linear(d_model, d_head)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+''',
+        must_fail=("test_head_structure", "test_head_forward", "test_head_mask"), hint="has a bias"),
+    Mistake(
+        id="head_scale_d_model", cell="SelfAttentionHead",
+        description="scores divided by sqrt(d_model) instead of sqrt(d_head)",
+        source=_HEAD_INIT.replace("self.d_head = d_head", "self.d_head, self.d_model = d_head, d_model") + '''
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_model)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+''',
+        must_fail=_HEAD_VALUES, hint="sqrt(d_model)"),
+    Mistake(
+        id="head_values_are_x", cell="SelfAttentionHead",
+        description="averages the inputs x instead of the values W_v(x)",
+        source=_HEAD_INIT + '''
+    def forward(self, x, mask=None):
+        q, k = self.W_q(x), self.W_k(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ x
+''',
+        must_fail=_HEAD_VALUES, hint="VALUES"),
+    Mistake(
+        id="head_ignores_mask", cell="SelfAttentionHead",
+        description="forward accepts a mask but never applies it",
+        source=_HEAD_INIT + '''
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        return torch.softmax(scores, dim=-1) @ v
+''',
+        must_fail=("test_head_mask",), hint="mask ignored"),
+    Mistake(
+        id="head_keys_from_W_q", cell="SelfAttentionHead",
+        description="keys computed with W_q (one matrix for two roles): symmetric scores",
+        source=_HEAD_INIT + '''
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_q(x), self.W_v(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+''',
+        must_fail=_HEAD_VALUES, hint="keys computed with W_q"),
+    Mistake(
+        id="head_returns_weights_too", cell="SelfAttentionHead",
+        description="forward returns (out, weights) instead of only out",
+        source=_HEAD_INIT + '''
+    def forward(self, x, mask=None):
+        return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
+''',
+        must_fail=_HEAD_VALUES, hint="returns only the output"),
+]
+
+ALTERNATIVES += [
+    Alternative(
+        id="part2_einsum_loops_reuse",
+        description="bilinear via einsum, additive via a loop over queries, einsum attention with other "
+                    "letters and torch.where, a head that reuses scaled_dot_product_attention",
+        cells={
+            "bilinear_scores": '''def bilinear_scores(q, k, W):
+    return torch.einsum("...id,de,...je->...ij", q, W, k)
+''',
+            "additive_scores": '''def additive_scores(q, k, W1, W2, w):
+    keys = torch.nn.functional.linear(k, W1)               # (..., Tk, h)
+    rows = []
+    for i in range(q.shape[-2]):
+        qi = torch.nn.functional.linear(q[..., i:i + 1, :], W2)   # (..., 1, h)
+        rows.append(torch.tanh(keys + qi) @ w)                 # (..., Tk)
+    return torch.stack(rows, dim=-2)
+''',
+            "einsum_attention": '''def einsum_attention(q, k, v, mask=None):
+    s = torch.einsum("...id,...jd->...ij", q, k) * q.shape[-1] ** -0.5
+    if mask is not None:
+        s = torch.where(mask, s, torch.full_like(s, float("-inf")))
+    a = softmax(s, dim=-1)
+    return torch.einsum("...ij,...jc->...ic", a, v), a
+''',
+            "SelfAttentionHead": '''class SelfAttentionHead(nn.Module):
+    def __init__(self, d_model, d_head):
+        super().__init__()
+        self.W_q = nn.Linear(d_model, d_head, bias=False)
+        self.W_k = nn.Linear(d_model, d_head, bias=False)
+        self.W_v = nn.Linear(d_model, d_head, bias=False)
+
+    def forward(self, x, mask=None):
+        out, _ = scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
+        return out
+''',
+        }),
+    Alternative(
+        id="part2_fused_builtin_head",
+        description="a head built on F.scaled_dot_product_attention",
+        cells={
+            "SelfAttentionHead": '''class SelfAttentionHead(nn.Module):
+    def __init__(self, d_model, d_head):
+        super().__init__()
+        self.W_q = nn.Linear(d_model, d_head, bias=False)
+        self.W_k = nn.Linear(d_model, d_head, bias=False)
+        self.W_v = nn.Linear(d_model, d_head, bias=False)
+
+    def forward(self, x, mask=None):
+        import torch.nn.functional as F
+        return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)
+''',
+        }),
+]

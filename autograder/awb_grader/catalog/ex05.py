@@ -1,0 +1,323 @@
+"""Misconception catalog for exercise 05 (multi-head attention).
+
+The MultiHeadAttention mistakes are written as one-line edits of a correct class (``_MHA``),
+the way they happen in practice: everything else right, one line wrong.
+"""
+
+from . import Alternative, Mistake
+
+_MHA_ALL = ("test_mha_self", "test_mha_weights", "test_mha_mask", "test_mha_cross", "test_from_torch")
+
+_MHA = '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.d_model, self.n_heads = d_model, n_heads
+        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.last_weights = None
+
+    def forward(self, x, kv=None, mask=None):
+        D, H = self.d_model, self.n_heads
+        if kv is None:
+            q, k, v = self.W_qkv(x).split(D, dim=-1)
+        else:
+            W, b = self.W_qkv.weight, self.W_qkv.bias
+            q = F.linear(x, W[:D], None if b is None else b[:D])
+            k, v = F.linear(kv, W[D:], None if b is None else b[D:]).split(D, dim=-1)
+        q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        self.last_weights = weights.detach()
+        return self.W_o(merge_heads(weights @ v))
+'''
+
+
+def _mha(old: str, new: str) -> str:
+    """The correct class with one line changed (fails loudly if the line is not there)."""
+    if _MHA.count(old) != 1:
+        raise ValueError(f"catalog: {old!r} is not exactly once in the MultiHeadAttention template")
+    return _MHA.replace(old, new)
+
+
+MISTAKES = [
+    # -- split_heads / merge_heads -----------------------------------------------------------
+    Mistake(
+        id="split_direct_view", cell="split_heads",
+        description="split_heads reshapes (B, T, D) straight to (B, H, T, D/H): tokens are poured into heads "
+                    "in reading order and the sequence is scrambled (right shape, wrong content)",
+        source='''def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, n_heads, T, D // n_heads)
+''',
+        must_fail=("test_split_heads_values",) + _MHA_ALL, hint="straight to (B, H, T, D/H)"),
+    Mistake(
+        id="split_interleaved", cell="split_heads",
+        description="split_heads cuts D as (D/H, H): head h gets every H-th feature instead of a block",
+        source='''def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+''',
+        must_fail=("test_split_heads_values",) + _MHA_ALL, hint="(D/H, H)"),
+    Mistake(
+        id="split_no_transpose", cell="split_heads",
+        description="split_heads stops at (B, T, H, D/H): the transpose that puts heads before tokens is missing",
+        source='''def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads)
+''',
+        must_fail=("test_split_heads_shape", "test_split_heads_values") + _MHA_ALL, hint="transpose(1, 2)"),
+    Mistake(
+        id="merge_without_transpose", cell="merge_heads",
+        description="merge_heads reshapes (B, H, T, Dh) directly to (B, T, D) without transposing back first",
+        source='''def merge_heads(x):
+    B, H, T, Dh = x.shape
+    return x.reshape(B, T, H * Dh)
+''',
+        must_fail=("test_merge_heads",) + _MHA_ALL, hint="without transposing first"),
+    Mistake(
+        id="merge_heads_wrong_order", cell="merge_heads",
+        description="merge_heads interleaves the heads' features (permute to (B, T, Dh, H)) instead of "
+                    "concatenating head 0, head 1, ...",
+        source='''def merge_heads(x):
+    B, H, T, Dh = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
+''',
+        must_fail=("test_merge_heads",) + _MHA_ALL, hint="heads merged in the wrong order"),
+    Mistake(
+        id="merge_view_after_transpose", cell="merge_heads",
+        description="merge_heads calls .view after transpose: PyTorch refuses (the tensor is not contiguous)",
+        source='''def merge_heads(x):
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).view(B, T, H * Dh)
+''',
+        must_fail=("test_merge_heads",) + _MHA_ALL, hint=".reshape("),
+    # -- MultiHeadAttention ------------------------------------------------------------------
+    Mistake(
+        id="scale_sqrt_d", cell="MultiHeadAttention",
+        description="scores divided by sqrt(D) instead of sqrt(D/H): every head's softmax is too flat",
+        source=_mha("/ math.sqrt(D // H)", "/ math.sqrt(D)"),
+        must_fail=_MHA_ALL, hint="sqrt(D/H)"),
+    Mistake(
+        id="qkv_chunk_order", cell="MultiHeadAttention",
+        description="q/k/v taken from W_qkv's output in the wrong order (keys first)",
+        source=_mha("q, k, v = self.W_qkv(x).split(D, dim=-1)", "k, q, v = self.W_qkv(x).split(D, dim=-1)"),
+        must_fail=("test_mha_self", "test_mha_weights", "test_mha_mask", "test_from_torch"),
+        hint="chunk order"),
+    Mistake(
+        id="missing_w_o", cell="MultiHeadAttention",
+        description="no output projection: the merged heads are returned without W_o",
+        source=_mha("return self.W_o(merge_heads(weights @ v))", "return merge_heads(weights @ v)"),
+        must_fail=("test_mha_self", "test_mha_mask", "test_mha_cross", "test_from_torch"), hint="missing W_o"),
+    Mistake(
+        id="mask_not_broadcast_over_heads", cell="MultiHeadAttention",
+        description="an extra axis inserted into the mask (written for a (B, T, S) mask): a (T, S) causal or "
+                    "(B, 1, 1, S) padding mask no longer lines up with (B, H, T, S)",
+        source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
+                    'scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))'),
+        must_fail=("test_mha_mask",), hint="broadcast"),
+    Mistake(
+        id="mask_wrong_axis", cell="MultiHeadAttention",
+        description="the mask transposed (applied to the query axis instead of the key axis)",
+        source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
+                    'scores = scores.masked_fill(~mask.transpose(-2, -1), float("-inf"))'),
+        must_fail=("test_mha_mask",), hint="wrong axis"),
+    Mistake(
+        id="softmax_query_axis", cell="MultiHeadAttention",
+        description="softmax over the query axis (dim=-2) instead of the keys",
+        source=_mha("weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=-2)"),
+        must_fail=_MHA_ALL, hint="query axis"),
+    Mistake(
+        id="softmax_head_axis", cell="MultiHeadAttention",
+        description="softmax over the head axis (dim=1) instead of the keys",
+        source=_mha("weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=1)"),
+        must_fail=_MHA_ALL, hint="head axis"),
+    Mistake(
+        id="cross_keys_from_x", cell="MultiHeadAttention",
+        description="cross-attention computes keys and values from x instead of kv",
+        source=_mha("k, v = F.linear(kv, W[D:], None if b is None else b[D:]).split(D, dim=-1)",
+                    "k, v = F.linear(x, W[D:], None if b is None else b[D:]).split(D, dim=-1)"),
+        must_fail=("test_mha_cross", "test_from_torch"), hint="keys and values from x"),
+    Mistake(
+        id="bias_dropped", cell="MultiHeadAttention",
+        description="W_qkv and W_o built without biases whatever `bias` says",
+        source=_mha("""        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)""",
+                    """        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)"""),
+        must_fail=("test_mha_init", "test_mha_self", "test_from_torch"), hint="bias dropped"),
+    Mistake(
+        id="forward_calls_sdpa", cell="MultiHeadAttention",
+        description="forward calls F.scaled_dot_product_attention instead of writing the attention",
+        source=_mha("""        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        self.last_weights = weights.detach()
+        return self.W_o(merge_heads(weights @ v))""",
+                    """        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.W_o(merge_heads(y))"""),
+        must_fail=_MHA_ALL, hint="off limits"),
+    # -- mha_param_count / from_torch ---------------------------------------------------------
+    Mistake(
+        id="param_count_without_bias", cell="mha_param_count",
+        description="parameter count forgets the biases (4 D^2 whatever `bias` says)",
+        source='''def mha_param_count(d_model, bias=True):
+    return 4 * d_model * d_model
+''',
+        must_fail=("test_mha_param_count",), hint="bias dropped from the count"),
+    Mistake(
+        id="param_count_one_bias_per_matrix", cell="mha_param_count",
+        description="parameter count with one D-sized bias per matrix (2 D) instead of 3 D for W_qkv plus D for W_o",
+        source='''def mha_param_count(d_model, bias=True):
+    return 3 * d_model * d_model + d_model * d_model + (2 * d_model if bias else 0)
+''',
+        must_fail=("test_mha_param_count",), hint="3D + D biases"),
+    Mistake(
+        id="param_count_without_w_o", cell="mha_param_count",
+        description="parameter count of W_qkv only: the output projection W_o is forgotten",
+        source='''def mha_param_count(d_model, bias=True):
+    return 3 * d_model * d_model + (3 * d_model if bias else 0)
+''',
+        must_fail=("test_mha_param_count",), hint="W_o is D x D"),
+    Mistake(
+        id="from_torch_transposed_out_proj", cell="from_torch",
+        description="from_torch copies out_proj.weight transposed (it is square, so nothing complains)",
+        source='''def from_torch(mha):
+    ours = MultiHeadAttention(mha.embed_dim, mha.num_heads, bias=mha.in_proj_bias is not None)
+    with torch.no_grad():
+        ours.W_qkv.weight.copy_(mha.in_proj_weight)
+        ours.W_o.weight.copy_(mha.out_proj.weight.T)
+        if mha.in_proj_bias is not None:
+            ours.W_qkv.bias.copy_(mha.in_proj_bias)
+            ours.W_o.bias.copy_(mha.out_proj.bias)
+    return ours
+''',
+        must_fail=("test_from_torch",), hint="copy them as they are"),
+    Mistake(
+        id="from_torch_ignores_bias_flag", cell="from_torch",
+        description="from_torch always builds a module with biases, so a bias-free nn.MultiheadAttention gets "
+                    "random biases added (only the hidden test, which includes bias=False, catches it)",
+        source='''def from_torch(mha):
+    ours = MultiHeadAttention(mha.embed_dim, mha.num_heads)
+    with torch.no_grad():
+        ours.W_qkv.weight.copy_(mha.in_proj_weight)
+        ours.W_o.weight.copy_(mha.out_proj.weight)
+        if mha.in_proj_bias is not None:
+            ours.W_qkv.bias.copy_(mha.in_proj_bias)
+            ours.W_o.bias.copy_(mha.out_proj.bias)
+    return ours
+''',
+        must_fail=("test_from_torch",), hint=None),
+    Mistake(
+        id="from_torch_forgets_biases", cell="from_torch",
+        description="from_torch copies the weight matrices but not the biases",
+        source='''def from_torch(mha):
+    ours = MultiHeadAttention(mha.embed_dim, mha.num_heads)
+    with torch.no_grad():
+        ours.W_qkv.weight.copy_(mha.in_proj_weight)
+        ours.W_o.weight.copy_(mha.out_proj.weight)
+    return ours
+''',
+        must_fail=("test_from_torch",), hint="biases were not copied"),
+]
+
+ALTERNATIVES = [
+    Alternative(
+        id="einsum_chunks",
+        description="split/merge with chunk/stack and cat/unbind; attention in einsum on (B, T, H, Dh) tensors; "
+                    "from_torch through load_state_dict",
+        cells={
+            "split_heads": '''def split_heads(x, n_heads):
+    return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
+''',
+            "merge_heads": '''def merge_heads(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+''',
+            "MultiHeadAttention": '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, kv=None, mask=None):
+        D, H = self.d_model, self.n_heads
+        src = x if kv is None else kv
+        Wq, Wk, Wv = self.W_qkv.weight.chunk(3, dim=0)
+        if self.W_qkv.bias is not None:
+            bq, bk, bv = self.W_qkv.bias.chunk(3)
+        else:
+            bq = bk = bv = None
+        q = F.linear(x, Wq, bq).unflatten(-1, (H, D // H))      # (B, T, H, Dh)
+        k = F.linear(src, Wk, bk).unflatten(-1, (H, D // H))    # (B, S, H, Dh)
+        v = F.linear(src, Wv, bv).unflatten(-1, (H, D // H))
+        scores = torch.einsum("bthd,bshd->bhts", q, k) * (D // H) ** -0.5
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        w = scores.softmax(dim=-1)
+        self.last_weights = w.detach()
+        y = torch.einsum("bhts,bshd->bthd", w, v).flatten(-2)   # (B, T, D)
+        return self.W_o(y)
+''',
+            "mha_param_count": '''def mha_param_count(d_model, bias=True):
+    shapes = [(3 * d_model, d_model), (d_model, d_model)]
+    n = sum(a * b for a, b in shapes)
+    if bias:
+        n += sum(a for a, _ in shapes)
+    return n
+''',
+            "from_torch": '''def from_torch(mha):
+    has_bias = mha.in_proj_bias is not None
+    m = MultiHeadAttention(mha.embed_dim, mha.num_heads, bias=has_bias)
+    state = {"W_qkv.weight": mha.in_proj_weight, "W_o.weight": mha.out_proj.weight}
+    if has_bias:
+        state.update({"W_qkv.bias": mha.in_proj_bias, "W_o.bias": mha.out_proj.bias})
+    m.load_state_dict({k: t.detach().clone() for k, t in state.items()})
+    return m
+''',
+        }),
+    Alternative(
+        id="permute_and_head_loop",
+        description="split/merge with permute and flatten; forward loops over heads slicing W_qkv's rows",
+        cells={
+            "split_heads": '''def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, T, n_heads, -1).permute(0, 2, 1, 3)
+''',
+            "merge_heads": '''def merge_heads(x):
+    return x.permute(0, 2, 1, 3).flatten(start_dim=2)
+''',
+            "MultiHeadAttention": '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.d_model, self.n_heads = d_model, n_heads
+        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, kv=None, mask=None):
+        D, H = self.d_model, self.n_heads
+        Dh = D // H
+        kv = x if kv is None else kv
+        W = self.W_qkv.weight
+        b = self.W_qkv.bias if self.W_qkv.bias is not None else torch.zeros(3 * D)
+        B, T, S = x.shape[0], x.shape[1], kv.shape[1]
+        outs, ws = [], []
+        for h in range(H):
+            rows = torch.arange(h * Dh, (h + 1) * Dh)
+            q = x @ W[rows].T + b[rows]
+            k = kv @ W[D + rows].T + b[D + rows]
+            v = kv @ W[2 * D + rows].T + b[2 * D + rows]
+            s = q @ k.transpose(1, 2) / math.sqrt(Dh)
+            if mask is not None:
+                s = s.masked_fill(~mask.expand(B, H, T, S)[:, h], float("-inf"))
+            w = torch.softmax(s, dim=-1)
+            ws.append(w)
+            outs.append(w @ v)
+        self.last_weights = torch.stack(ws, dim=1).detach()
+        return self.W_o(torch.cat(outs, dim=-1))
+''',
+        }),
+]

@@ -1,0 +1,468 @@
+"""Misconception catalog for exercise 06 (positions, LayerNorm, feed-forward, the block,
+parameter counts, loading nn.TransformerEncoderLayer)."""
+
+from . import Alternative, Mistake
+
+_PE = ("test_sinusoidal_shape", "test_sinusoidal_values")
+_BLOCK_ALL = ("test_block_pre_ln", "test_block_post_ln", "test_block_mask")
+_LOADER = ("test_from_torch_post_ln", "test_from_torch_pre_ln")
+
+_BLOCK_HEAD = '''class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, pre_ln=True):
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+'''
+
+_LOADER_HEAD = '''def from_torch_encoder_layer(layer):
+    sa = layer.self_attn
+    block = TransformerBlock(sa.embed_dim, sa.num_heads, layer.linear1.out_features, pre_ln=layer.norm_first)
+    lin1, lin2 = [m for m in block.ff.modules() if isinstance(m, nn.Linear)]
+'''
+
+MISTAKES = [
+    # -- sinusoidal_positions ----------------------------------------------------------------
+    Mistake(
+        id="pe_sin_cos_swapped", cell="sinusoidal_positions",
+        description="cosine in the even columns and sine in the odd ones",
+        source='''def sinusoidal_positions(T, d_model):
+    t = torch.arange(T, dtype=torch.float32)[:, None]
+    angle = t / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.cos(angle)
+    pe[:, 1::2] = torch.sin(angle)
+    return pe
+''',
+        must_fail=_PE, hint="even columns"),
+    Mistake(
+        id="pe_halves", cell="sinusoidal_positions",
+        description="all sines then all cosines (concatenated halves) instead of interleaved columns",
+        source='''def sinusoidal_positions(T, d_model):
+    t = torch.arange(T, dtype=torch.float32)[:, None]
+    angle = t / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+''',
+        must_fail=_PE, hint="halves"),
+    Mistake(
+        id="pe_exponent_pair_index", cell="sinusoidal_positions",
+        description="exponent i/d with the pair index i instead of 2i/d",
+        source='''def sinusoidal_positions(T, d_model):
+    t = torch.arange(T, dtype=torch.float32)[:, None]
+    i = torch.arange(d_model // 2, dtype=torch.float32)
+    angle = t / 10000 ** (i / d_model)
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe
+''',
+        must_fail=("test_sinusoidal_values",), hint="pair index"),
+    Mistake(
+        id="pe_exponent_column_index", cell="sinusoidal_positions",
+        description="exponent k/d with the column index k, so a sin/cos pair gets two frequencies",
+        source='''def sinusoidal_positions(T, d_model):
+    pe = torch.zeros(T, d_model)
+    for t in range(T):
+        for k in range(d_model):
+            angle = t / 10000 ** (k / d_model)
+            pe[t, k] = math.sin(angle) if k % 2 == 0 else math.cos(angle)
+    return pe
+''',
+        must_fail=("test_sinusoidal_values",), hint="column index"),
+    Mistake(
+        id="pe_multiply", cell="sinusoidal_positions",
+        description="t multiplied by 10000^(2i/d) instead of divided by it",
+        source='''def sinusoidal_positions(T, d_model):
+    t = torch.arange(T, dtype=torch.float32)[:, None]
+    angle = t * 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe
+''',
+        must_fail=("test_sinusoidal_values",), hint="multiplied"),
+    # -- LayerNorm ---------------------------------------------------------------------------
+    Mistake(
+        id="ln_wrong_axis", cell="LayerNorm",
+        description="LayerNorm statistics over the batch axis (BatchNorm-like) instead of the features",
+        source='''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        mu = x.mean(dim=0, keepdim=True)
+        var = x.var(dim=0, keepdim=True, unbiased=False)
+        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+''',
+        must_fail=("test_layernorm_values",), hint="dim=-1"),
+    Mistake(
+        id="ln_unbiased_variance", cell="LayerNorm",
+        description="the unbiased variance (divides by d - 1), torch's default for .var()",
+        source='''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        mu = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+''',
+        must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="unbiased"),
+    Mistake(
+        id="ln_eps_outside_sqrt", cell="LayerNorm",
+        description="eps added to the standard deviation, outside the square root",
+        source='''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        mu = x.mean(dim=-1, keepdim=True)
+        std = x.std(dim=-1, keepdim=True, unbiased=False)
+        return (x - mu) / (std + self.eps) * self.weight + self.bias
+''',
+        must_fail=("test_layernorm_eps",), hint="inside the square root"),
+    Mistake(
+        id="ln_plain_tensors", cell="LayerNorm",
+        description="gain and bias stored as plain tensors, not nn.Parameter (never trained)",
+        source='''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.ones(d)
+        self.bias = torch.zeros(d)
+
+    def forward(self, x):
+        mu = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+''',
+        must_fail=("test_layernorm_params", "test_layernorm_values", "test_layernorm_eps"), hint="nn.Parameter"),
+    Mistake(
+        id="ln_builtin", cell="LayerNorm",
+        description="calls F.layer_norm instead of writing LayerNorm",
+        source='''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+''',
+        must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="off limits"),
+    Mistake(
+        id="ln_no_gain_bias", cell="LayerNorm",
+        description="normalises but never applies the gain and bias",
+        source='''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        mu = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return (x - mu) / torch.sqrt(var + self.eps)
+''',
+        must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="no gain and bias"),
+    # -- FeedForward -------------------------------------------------------------------------
+    Mistake(
+        id="ff_no_relu", cell="FeedForward",
+        description="two linear layers without the ReLU between them (a single linear map)",
+        source='''class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
+
+    def forward(self, x):
+        return self.net(x)
+''',
+        must_fail=("test_feedforward_values",), hint="no ReLU"),
+    Mistake(
+        id="ff_relu_last", cell="FeedForward",
+        description="the ReLU after the second linear layer: outputs can never be negative",
+        source='''class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.ReLU(), nn.Dropout(dropout))
+
+    def forward(self, x):
+        return self.net(x)
+''',
+        must_fail=("test_feedforward_values",), hint="ReLU after the second"),
+    Mistake(
+        id="ff_ignores_d_ff", cell="FeedForward",
+        description="hidden width d_model instead of d_ff",
+        source='''class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, d_model),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x):
+        return self.net(x)
+''',
+        must_fail=("test_feedforward_structure",), hint="d_ff"),
+    Mistake(
+        id="ff_gelu", cell="FeedForward",
+        description="GELU instead of the ReLU the exercise (and nn.TransformerEncoderLayer) uses",
+        source='''class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
+
+    def forward(self, x):
+        return self.net(x)
+''',
+        must_fail=("test_feedforward_values",), hint="GELU"),
+    Mistake(
+        id="ff_no_dropout", cell="FeedForward",
+        description="the dropout argument is ignored",
+        source='''class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+
+    def forward(self, x):
+        return self.net(x)
+''',
+        must_fail=("test_feedforward_structure",), hint="Dropout"),
+    # -- TransformerBlock --------------------------------------------------------------------
+    Mistake(
+        id="block_residual_after_norm", cell="TransformerBlock",
+        description="pre-LN with the residual added after the norm: ln(x) + attn(ln(x))",
+        source=_BLOCK_HEAD + '''        if self.pre_ln:
+            h = self.ln1(x)
+            x = h + self.drop(self.attn(h, mask=mask))
+            h = self.ln2(x)
+            x = h + self.ff(h)
+        else:
+            x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
+            x = self.ln2(x + self.ff(x))
+        return x
+''',
+        must_fail=("test_block_pre_ln", "test_block_mask"), hint="residual added after the norm"),
+    Mistake(
+        id="block_ignores_pre_ln", cell="TransformerBlock",
+        description="always post-LN, whatever pre_ln says",
+        source=_BLOCK_HEAD + '''        x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
+        x = self.ln2(x + self.ff(x))
+        return x
+''',
+        must_fail=("test_block_pre_ln", "test_block_mask"), hint="branch on self.pre_ln"),
+    Mistake(
+        id="block_mask_dropped", cell="TransformerBlock",
+        description="the mask is never passed on to the attention",
+        source=_BLOCK_HEAD + '''        if self.pre_ln:
+            x = x + self.drop(self.attn(self.ln1(x)))
+            x = x + self.ff(self.ln2(x))
+        else:
+            x = self.ln1(x + self.drop(self.attn(x)))
+            x = self.ln2(x + self.ff(x))
+        return x
+''',
+        must_fail=("test_block_mask",), hint="pass mask on"),
+    Mistake(
+        id="block_no_ff_residual", cell="TransformerBlock",
+        description="no residual connection around the feed-forward network",
+        source=_BLOCK_HEAD + '''        if self.pre_ln:
+            x = x + self.drop(self.attn(self.ln1(x), mask=mask))
+            x = self.ff(self.ln2(x))
+        else:
+            x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
+            x = self.ln2(self.ff(x))
+        return x
+''',
+        must_fail=_BLOCK_ALL, hint="no residual around the feed-forward"),
+    Mistake(
+        id="block_one_layernorm", cell="TransformerBlock",
+        description="the same LayerNorm (ln1) used before both sub-layers",
+        source=_BLOCK_HEAD + '''        if self.pre_ln:
+            x = x + self.drop(self.attn(self.ln1(x), mask=mask))
+            x = x + self.ff(self.ln1(x))
+        else:
+            x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
+            x = self.ln1(x + self.ff(x))
+        return x
+''',
+        must_fail=_BLOCK_ALL, hint="ln1 used for both"),
+    # -- block_param_count -------------------------------------------------------------------
+    Mistake(
+        id="count_no_biases", cell="block_param_count",
+        description="forgets the biases of the linear layers",
+        source='''def block_param_count(d_model, d_ff, bias=True):
+    return 4 * d_model ** 2 + 2 * d_model * d_ff + 4 * d_model
+''',
+        must_fail=("test_block_param_count",), hint="biases of the linear layers are missing"),
+    Mistake(
+        id="count_no_layernorm", cell="block_param_count",
+        description="forgets the LayerNorms' gains and biases",
+        source='''def block_param_count(d_model, d_ff, bias=True):
+    b = 1 if bias else 0
+    return 4 * d_model ** 2 + 2 * d_model * d_ff + b * (5 * d_model + d_ff)
+''',
+        must_fail=("test_block_param_count",), hint="LayerNorms are missing"),
+    Mistake(
+        id="count_no_output_projection", cell="block_param_count",
+        description="counts 3 D^2 for attention (W_q, W_k, W_v) and forgets W_o",
+        source='''def block_param_count(d_model, d_ff, bias=True):
+    D = d_model
+    return 3 * D * D + (3 * D if bias else 0) + 2 * D * d_ff + (d_ff + D if bias else 0) + 4 * D
+''',
+        must_fail=("test_block_param_count",), hint=None),
+    Mistake(
+        id="count_bias_false_drops_layernorm_bias", cell="block_param_count",
+        description="bias=False also removes the LayerNorm biases",
+        source='''def block_param_count(d_model, d_ff, bias=True):
+    D = d_model
+    if bias:
+        return 4 * D * D + 4 * D + 2 * D * d_ff + d_ff + D + 4 * D
+    return 4 * D * D + 2 * D * d_ff + 2 * D
+''',
+        must_fail=("test_block_param_count",), hint="LayerNorm biases"),
+    # -- from_torch_encoder_layer ------------------------------------------------------------
+    Mistake(
+        id="loader_ignores_norm_first", cell="from_torch_encoder_layer",
+        description="builds a pre-LN block whatever layer.norm_first says",
+        source='''def from_torch_encoder_layer(layer):
+    sa = layer.self_attn
+    block = TransformerBlock(sa.embed_dim, sa.num_heads, layer.linear1.out_features)
+    lin1, lin2 = [m for m in block.ff.modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        block.attn.W_qkv.weight.copy_(sa.in_proj_weight); block.attn.W_qkv.bias.copy_(sa.in_proj_bias)
+        block.attn.W_o.weight.copy_(sa.out_proj.weight); block.attn.W_o.bias.copy_(sa.out_proj.bias)
+        lin1.weight.copy_(layer.linear1.weight); lin1.bias.copy_(layer.linear1.bias)
+        lin2.weight.copy_(layer.linear2.weight); lin2.bias.copy_(layer.linear2.bias)
+        block.ln1.weight.copy_(layer.norm1.weight); block.ln1.bias.copy_(layer.norm1.bias)
+        block.ln2.weight.copy_(layer.norm2.weight); block.ln2.bias.copy_(layer.norm2.bias)
+    return block
+''',
+        must_fail=("test_from_torch_post_ln",), hint="norm_first"),
+    Mistake(
+        id="loader_norms_swapped", cell="from_torch_encoder_layer",
+        description="norm1 copied into ln2 and norm2 into ln1",
+        source=_LOADER_HEAD + '''    with torch.no_grad():
+        block.attn.W_qkv.weight.copy_(sa.in_proj_weight); block.attn.W_qkv.bias.copy_(sa.in_proj_bias)
+        block.attn.W_o.weight.copy_(sa.out_proj.weight); block.attn.W_o.bias.copy_(sa.out_proj.bias)
+        lin1.weight.copy_(layer.linear1.weight); lin1.bias.copy_(layer.linear1.bias)
+        lin2.weight.copy_(layer.linear2.weight); lin2.bias.copy_(layer.linear2.bias)
+        block.ln1.weight.copy_(layer.norm2.weight); block.ln1.bias.copy_(layer.norm2.bias)
+        block.ln2.weight.copy_(layer.norm1.weight); block.ln2.bias.copy_(layer.norm1.bias)
+    return block
+''',
+        must_fail=_LOADER, hint="swapped"),
+    Mistake(
+        id="loader_no_biases", cell="from_torch_encoder_layer",
+        description="copies the weight matrices but not the biases of the linear layers",
+        source=_LOADER_HEAD + '''    with torch.no_grad():
+        block.attn.W_qkv.weight.copy_(sa.in_proj_weight)
+        block.attn.W_o.weight.copy_(sa.out_proj.weight)
+        lin1.weight.copy_(layer.linear1.weight)
+        lin2.weight.copy_(layer.linear2.weight)
+        block.ln1.weight.copy_(layer.norm1.weight); block.ln1.bias.copy_(layer.norm1.bias)
+        block.ln2.weight.copy_(layer.norm2.weight); block.ln2.bias.copy_(layer.norm2.bias)
+    return block
+''',
+        must_fail=_LOADER, hint="biases were not copied"),
+    Mistake(
+        id="loader_no_layernorms", cell="from_torch_encoder_layer",
+        description="forgets to copy the LayerNorm weights",
+        source=_LOADER_HEAD + '''    with torch.no_grad():
+        block.attn.W_qkv.weight.copy_(sa.in_proj_weight); block.attn.W_qkv.bias.copy_(sa.in_proj_bias)
+        block.attn.W_o.weight.copy_(sa.out_proj.weight); block.attn.W_o.bias.copy_(sa.out_proj.bias)
+        lin1.weight.copy_(layer.linear1.weight); lin1.bias.copy_(layer.linear1.bias)
+        lin2.weight.copy_(layer.linear2.weight); lin2.bias.copy_(layer.linear2.bias)
+    return block
+''',
+        must_fail=_LOADER, hint="LayerNorm weights were not copied"),
+]
+
+ALTERNATIVES = [
+    Alternative(
+        id="loops_and_functional",
+        description="positions by exp/log, LayerNorm with correction=0 and rsqrt, a FeedForward with named "
+                    "layers and F.relu, nn.LayerNorm in the block, a state_dict loader, a count from shapes",
+        cells={
+            "sinusoidal_positions": '''def sinusoidal_positions(T, d_model):
+    pos = torch.arange(T).float().unsqueeze(1)
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2).float() / d_model)
+    sin, cos = torch.sin(pos * inv_freq), torch.cos(pos * inv_freq)
+    return torch.stack([sin, cos], dim=-1).flatten(1)
+''',
+            "LayerNorm": '''class LayerNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+        self.eps = eps
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        var = torch.var(x, dim=-1, keepdim=True, correction=0)
+        return self.weight * centred * torch.rsqrt(var + self.eps) + self.bias
+''',
+            "FeedForward": '''class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc_in = nn.Linear(d_model, d_ff)
+        self.fc_out = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.fc_out(F.relu(self.fc_in(x))))
+''',
+            "TransformerBlock": '''class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, pre_ln=True):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_ln = pre_ln
+
+    def _sa(self, h, mask):
+        return self.dropout(self.attn(h, mask=mask))
+
+    def forward(self, x, mask=None):
+        if not self.pre_ln:
+            x = self.ln1(x + self._sa(x, mask))
+            return self.ln2(x + self.ff(x))
+        x = x + self._sa(self.ln1(x), mask)
+        return x + self.ff(self.ln2(x))
+''',
+            "block_param_count": '''def block_param_count(d_model, d_ff, bias=True):
+    shapes = [(3 * d_model, d_model), (d_model, d_model), (d_ff, d_model), (d_model, d_ff)]
+    total = sum(o * i + (o if bias else 0) for o, i in shapes)
+    return int(total + 2 * (2 * d_model))
+''',
+            "from_torch_encoder_layer": '''def from_torch_encoder_layer(layer):
+    block = TransformerBlock(layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features,
+                             pre_ln=layer.norm_first)
+    src = layer.state_dict()
+    mapping = {"attn.W_qkv.weight": "self_attn.in_proj_weight", "attn.W_qkv.bias": "self_attn.in_proj_bias",
+               "attn.W_o.weight": "self_attn.out_proj.weight", "attn.W_o.bias": "self_attn.out_proj.bias",
+               "ff.fc_in.weight": "linear1.weight", "ff.fc_in.bias": "linear1.bias",
+               "ff.fc_out.weight": "linear2.weight", "ff.fc_out.bias": "linear2.bias",
+               "ln1.weight": "norm1.weight", "ln1.bias": "norm1.bias",
+               "ln2.weight": "norm2.weight", "ln2.bias": "norm2.bias"}
+    block.load_state_dict({ours: src[theirs] for ours, theirs in mapping.items()})
+    return block
+''',
+        }),
+]

@@ -1,0 +1,276 @@
+"""Misconception catalog for exercise 08 (get_batch, lr_at, GPT, generate)."""
+
+from . import Alternative, Mistake
+
+_GPT_HEAD = '''class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, d_model, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+'''
+_GPT_INIT = '''        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(block_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+'''
+_GPT_TAIL = '''        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+'''
+_GPT_FORWARD = '''        x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device)))
+        for block in self.blocks:
+            x = block(x, is_causal=True)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+        return logits, loss
+'''
+
+
+def _gpt(init=_GPT_INIT, forward=_GPT_FORWARD) -> str:
+    return _GPT_HEAD + init + _GPT_TAIL + forward
+
+
+_GENERATE = '''@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    for _ in range(max_new_tokens):
+        idx_cond = {crop}
+        logits, _ = model(idx_cond)
+        logits = {last}
+{scale}
+        if top_k is not None:
+{topk}
+        probs = {probs}
+        nxt = torch.multinomial(probs, num_samples=1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+'''
+_GEN_OK = dict(crop="idx[:, -model.block_size:]", last="logits[:, -1, :]", scale="        logits = logits / temperature",
+               topk="            v = torch.topk(logits, min(top_k, logits.size(-1))).values\n"
+                    "            logits = logits.masked_fill(logits < v[:, [-1]], float('-inf'))",
+               probs="F.softmax(logits, dim=-1)")
+
+
+def _generate(**changes) -> str:
+    return _GENERATE.format(**{**_GEN_OK, **changes})
+
+
+MISTAKES = [
+    # -- get_batch ---------------------------------------------------------------------------
+    Mistake(
+        id="targets_not_shifted", cell="get_batch",
+        description="targets are the inputs themselves (y = x): the model learns to copy, not to predict",
+        source='''def get_batch(data, block_size, batch_size, generator=None):
+    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
+    return x, x.clone()
+''',
+        must_fail=("test_get_batch_shift",), hint="targets are not shifted"),
+    Mistake(
+        id="batch_start_out_of_range", cell="get_batch",
+        description="starts drawn up to len(data) - block_size: the last window's targets run past the end",
+        source='''def get_batch(data, block_size, batch_size, generator=None):
+    ix = torch.randint(len(data) - block_size + 1, (batch_size,), generator=generator)
+    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
+    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])
+    return x, y
+''',
+        must_fail=("test_get_batch_random",), hint=None),
+    Mistake(
+        id="batch_ignores_generator", cell="get_batch",
+        description="starts drawn without the generator: batches are not reproducible",
+        source='''def get_batch(data, block_size, batch_size, generator=None):
+    ix = torch.randint(len(data) - block_size, (batch_size,))
+    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
+    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])
+    return x, y
+''',
+        must_fail=("test_get_batch_random",), hint="generator=generator"),
+    # -- lr_at -------------------------------------------------------------------------------
+    Mistake(
+        id="warmup_off_by_one", cell="lr_at",
+        description="warmup as step / warmup_steps: step 0 has learning rate 0",
+        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    r = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (max_lr - min_lr)
+''',
+        must_fail=("test_lr_at_warmup",), hint="warmup is off by one"),
+    Mistake(
+        id="cosine_ignores_warmup", cell="lr_at",
+        description="cosine over step / max_steps: it starts below max_lr and misses min_lr at max_steps",
+        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    return min_lr + 0.5 * (1 + math.cos(math.pi * step / max_steps)) * (max_lr - min_lr)
+''',
+        must_fail=("test_lr_at_cosine",), hint="starts at step 0, not after the warmup"),
+    Mistake(
+        id="no_floor_after_max_steps", cell="lr_at",
+        description="no constant min_lr after max_steps: the cosine climbs back up",
+        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    r = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (max_lr - min_lr)
+''',
+        must_fail=("test_lr_at_cosine",), hint="after max_steps"),
+    Mistake(
+        id="cosine_to_zero", cell="lr_at",
+        description="cosine decays to 0 instead of min_lr",
+        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    r = (step - warmup_steps) / (max_steps - warmup_steps)
+    return 0.5 * (1 + math.cos(math.pi * r)) * max_lr
+''',
+        must_fail=("test_lr_at_cosine",), hint="ends at 0, not at min_lr"),
+    # -- GPT ---------------------------------------------------------------------------------
+    Mistake(
+        id="causal_mask_missing", cell="GPT",
+        description="blocks called without is_causal=True: every position sees the future",
+        source=_gpt(forward=_GPT_FORWARD.replace("block(x, is_causal=True)", "block(x)")),
+        must_fail=("test_gpt_causal",), hint="causal mask is missing"),
+    Mistake(
+        id="position_embeddings_missing", cell="GPT",
+        description="position embeddings created but never added: the model cannot tell the order",
+        source=_gpt(forward=_GPT_FORWARD.replace(" + self.pos_emb(torch.arange(T, device=idx.device))", "")),
+        must_fail=("test_gpt_positions_tying",), hint="position embeddings are not added"),
+    Mistake(
+        id="weight_tying_broken_copy", cell="GPT",
+        description="weight tying by copying .data: two separate parameters that drift apart",
+        source=_gpt(init=_GPT_INIT.replace("self.lm_head.weight = self.tok_emb.weight",
+                                           "self.lm_head.weight.data = self.tok_emb.weight.data")),
+        must_fail=("test_gpt_positions_tying",), hint="weight tying is broken"),
+    Mistake(
+        id="targets_shifted_twice", cell="GPT",
+        description="the loss shifts the targets again (logits[:, :-1] vs targets[:, 1:]): get_batch already did",
+        source=_gpt(forward=_GPT_FORWARD.replace(
+            "loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))",
+            "loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), targets[:, 1:].reshape(-1))")),
+        must_fail=("test_gpt_forward",), hint="do not shift the targets again"),
+    Mistake(
+        id="blocks_in_python_list", cell="GPT",
+        description="blocks kept in a Python list: their parameters are not registered and never train",
+        source=_gpt(init=_GPT_INIT.replace("nn.ModuleList([Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)])",
+                                           "[Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)]")),
+        must_fail=("test_gpt_overfits",), hint="nn.ModuleList"),
+    # -- generate ----------------------------------------------------------------------------
+    Mistake(
+        id="context_not_cropped", cell="generate",
+        description="the whole sequence is fed to the model: it fails once it is longer than block_size",
+        source=_generate(crop="idx"),
+        must_fail=("test_generate_basics",), hint="not cropped"),
+    Mistake(
+        id="first_position_logits", cell="generate",
+        description="uses the logits of the first position instead of the last",
+        source=_generate(last="logits[:, 0, :]"),
+        must_fail=("test_generate_basics",), hint="LAST position"),
+    Mistake(
+        id="temperature_after_softmax", cell="generate",
+        description="temperature applied to the probabilities after the softmax: it has no effect",
+        source=_generate(scale="        pass", probs="F.softmax(logits, dim=-1) / temperature"),
+        must_fail=("test_generate_sampling",), hint="applied after the softmax"),
+    Mistake(
+        id="top_k_keeps_wrong_tokens", cell="generate",
+        description="top-k compares with the largest logit instead of the k-th largest: only the top token survives",
+        source=_generate(topk="            v = torch.topk(logits, top_k).values\n"
+                              "            logits = logits.masked_fill(logits < v[:, [0]], float('-inf'))"),
+        must_fail=("test_generate_sampling",), hint="top-k keeps the wrong tokens"),
+    Mistake(
+        id="top_k_keeps_smallest", cell="generate",
+        description="top-k with largest=False: keeps the k least likely tokens",
+        source=_generate(topk="            v = torch.topk(logits, top_k, largest=False).values\n"
+                              "            logits = logits.masked_fill(logits > v[:, [-1]], float('-inf'))"),
+        must_fail=("test_generate_sampling",), hint="top-k keeps the wrong tokens"),
+    Mistake(
+        id="generator_not_used", cell="generate",
+        description="samples with the global random state: text is not reproducible from a seed",
+        source=_generate().replace("num_samples=1, generator=generator", "num_samples=1"),
+        must_fail=("test_generate_basics",), hint="pass the generator on"),
+]
+
+ALTERNATIVES = [
+    Alternative(
+        id="vectorised_and_functional",
+        description="index arithmetic in get_batch, clamp-style schedule, positions as an nn.Parameter and the "
+                    "output layer as F.linear with the embedding matrix, inverse-CDF sampling with torch.rand",
+        cells={
+            "get_batch": '''def get_batch(data, block_size, batch_size, generator=None):
+    starts = torch.randint(0, len(data) - block_size, (batch_size, 1), generator=generator)
+    offsets = torch.arange(block_size)[None, :]
+    return data[starts + offsets], data[starts + offsets + 1]
+''',
+            "lr_at": '''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step >= max_steps:
+        return min_lr
+    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    if step < warmup_steps:
+        return max_lr * warm
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+    return min_lr + (max_lr - min_lr) * (1 + math.cos(progress * math.pi)) / 2
+''',
+            "GPT": '''class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, d_model, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Parameter(torch.zeros(block_size, d_model))
+        nn.init.normal_(self.pos, std=0.02)
+        self.blocks = nn.Sequential(*[Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)])
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = dropout
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets=None):
+        T = idx.size(1)
+        h = F.dropout(self.tok_emb(idx) + self.pos[:T], self.dropout, self.training)
+        for blk in self.blocks:
+            h = blk(h, is_causal=True)
+        logits = F.linear(self.norm(h), self.tok_emb.weight)
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+''',
+            "generate": '''@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    out = idx
+    for _ in range(max_new_tokens):
+        logits = model(out[:, -model.block_size:])[0][:, -1] / temperature
+        if top_k:
+            kth = logits.sort(dim=-1, descending=True).values[:, top_k - 1:top_k]
+            logits = torch.where(logits >= kth, logits, torch.full_like(logits, -math.inf))
+        cdf = logits.softmax(-1).cumsum(-1)
+        u = torch.rand(cdf.size(0), 1, generator=generator, device=cdf.device)
+        choice = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp(max=cdf.size(-1) - 1)
+        out = torch.cat([out, choice], dim=1)
+    return out
+''',
+        },
+    ),
+]

@@ -1,0 +1,293 @@
+"""Hidden checks for exercise 06: randomized shapes and values, independent oracles.
+
+Oracles: an explicit double loop over math.sin/math.cos for the position table;
+``nn.LayerNorm`` with copied weights; ``nn.Linear``/``F.relu`` on the student's own weights for
+the feed-forward network; ``nn.TransformerEncoderLayer`` with copied weights for the block (the
+block's LayerNorms, attention and feed-forward are swapped for PyTorch/workbook modules holding
+the layer's weights, so this grades the block's wiring, not the earlier answers again);
+parameters counted from ``nn.Linear``/``nn.LayerNorm`` modules. Seeds are fixed.
+Tolerance: atol 1e-5 + rtol 1e-4 (float32), 1e-5 for the equivalence with PyTorch's layers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention_workbook.checks.core import forbid
+from attention_workbook.checks.ex06 import layer_norm_builtins, randomize_
+
+from ._base import CheckFailed, call, close, fail_values, own_code, randint, rng
+
+TOL = "atol 1e-5 + rtol 1e-4"
+TORCH_TOL = "atol 1e-5 + rtol 1e-5"
+
+
+def _new(cls, *args, name, **kwargs):
+    obj = call(cls, *args, name=name, **kwargs)
+    if not isinstance(obj, nn.Module):
+        raise CheckFailed(f"hidden test: {name}(...) is not an nn.Module")
+    return obj
+
+
+# ----------------------------------------------------------------------------------------
+def _pe_oracle(T, d):
+    rows = []
+    for t in range(T):
+        row = []
+        for k in range(d):
+            freq = 1.0 / (10000.0 ** ((k - k % 2) / d))
+            row.append(math.sin(t * freq) if k % 2 == 0 else math.cos(t * freq))
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def sinusoidal_shape(sinusoidal_positions) -> None:
+    own_code(sinusoidal_positions, "sinusoidal_positions")
+    g = rng(601)
+    for _ in range(5):
+        T, d = randint(g, 1, 40), 2 * randint(g, 1, 24)
+        pe = call(sinusoidal_positions, T, d, name="sinusoidal_positions")
+        if not isinstance(pe, torch.Tensor) or tuple(pe.shape) != (T, d) or not pe.is_floating_point():
+            raise CheckFailed(f"hidden test: sinusoidal_positions({T}, {d}) should be a float tensor of shape ({T}, {d})",
+                              details=[f"got {type(pe).__name__} {tuple(getattr(pe, 'shape', ()))}"])
+
+
+def sinusoidal_values(sinusoidal_positions) -> None:
+    g = rng(602)
+    for T, d in [(randint(g, 20, 80), 2 * randint(g, 2, 32)) for _ in range(4)] + [(50, 512)]:
+        pe = call(sinusoidal_positions, T, d, name="sinusoidal_positions")
+        want = _pe_oracle(T, d)
+        if not isinstance(pe, torch.Tensor) or not close(pe.float(), want, atol=1e-4, rtol=1e-4):
+            fail_values(f"sinusoidal_positions({T}, {d})", pe if isinstance(pe, torch.Tensor) else torch.zeros(0),
+                        want, f"T={T}, d_model={d}", "atol 1e-4 + rtol 1e-4")
+
+
+# ----------------------------------------------------------------------------------------
+def _ln_pair(LayerNorm, d, eps, g):
+    ours = _new(LayerNorm, d, eps=eps, name="LayerNorm")
+    ref = nn.LayerNorm(d, eps=eps)
+    with torch.no_grad():
+        ref.weight.copy_(1 + 0.5 * torch.randn(d, generator=g))
+        ref.bias.copy_(0.5 * torch.randn(d, generator=g))
+        w, b = getattr(ours, "weight", None), getattr(ours, "bias", None)
+        if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor):
+            raise CheckFailed("hidden test: LayerNorm has no `weight` / `bias` tensors")
+        w.copy_(ref.weight)
+        b.copy_(ref.bias)
+    return ours, ref
+
+
+def _ln_call(ln, x):
+    with forbid(layer_norm_builtins(), "F.layer_norm / nn.LayerNorm are off limits inside LayerNorm"):
+        out = call(ln, x, name="LayerNorm.forward")
+    if not isinstance(out, torch.Tensor):
+        raise CheckFailed("hidden test: LayerNorm.forward did not return a tensor")
+    return out
+
+
+def layernorm_params(LayerNorm) -> None:
+    own_code(LayerNorm, "LayerNorm")
+    g = rng(603)
+    for _ in range(3):
+        d = randint(g, 1, 64)
+        eps = [1e-5, 1e-6, 1e-3][randint(g, 0, 2)]
+        ln = _new(LayerNorm, d, eps=eps, name="LayerNorm")
+        params = dict(ln.named_parameters())
+        if set(params) != {"weight", "bias"} or any(tuple(p.shape) != (d,) for p in params.values()):
+            raise CheckFailed(f"hidden test: LayerNorm({d}) should have exactly the parameters weight and bias of shape ({d},)",
+                              details=[f"got {[(n, tuple(p.shape)) for n, p in params.items()]}"])
+        if not (torch.equal(params["weight"].detach(), torch.ones(d)) and torch.equal(params["bias"].detach(), torch.zeros(d))):
+            raise CheckFailed("hidden test: LayerNorm should start at weight = 1, bias = 0")
+        if getattr(ln, "eps", None) != eps:
+            raise CheckFailed(f"hidden test: LayerNorm({d}, eps={eps}) does not keep eps in self.eps")
+
+
+def layernorm_values(LayerNorm) -> None:
+    g = rng(604)
+    for _ in range(5):
+        lead = tuple(randint(g, 1, 5) for _ in range(randint(g, 1, 3)))
+        d = randint(g, 2, 48)
+        ours, ref = _ln_pair(LayerNorm, d, 1e-5, g)
+        x = torch.randn(lead + (d,), generator=g) * (0.5 + 4 * torch.rand(1, generator=g)) + 2 * torch.randn(1, generator=g)
+        out = _ln_call(ours, x)
+        with torch.no_grad():
+            want = ref(x)
+        if not close(out, want):
+            fail_values("LayerNorm(x) vs nn.LayerNorm with the same weights", out, want, f"x of shape {tuple(x.shape)}", TOL)
+
+
+def layernorm_eps(LayerNorm) -> None:
+    g = rng(605)
+    for eps in (1e-5, 1e-3):
+        d = randint(g, 4, 32)
+        ours, ref = _ln_pair(LayerNorm, d, eps, g)
+        x = 3 + math.sqrt(eps) * torch.randn(4, d, generator=g)     # variance comparable to eps
+        x[0] = -1.5                                                  # variance exactly 0
+        out = _ln_call(ours, x)
+        with torch.no_grad():
+            want = ref(x)
+        if not bool(torch.isfinite(out).all()) or not close(out, want, atol=1e-4, rtol=1e-4):
+            fail_values(f"LayerNorm(eps={eps}) of tokens with variance ~eps and 0", out, want,
+                        f"x of shape {tuple(x.shape)}", "atol 1e-4 + rtol 1e-4")
+
+
+# ----------------------------------------------------------------------------------------
+def _two_linears(ff):
+    lins = [m for m in ff.modules() if isinstance(m, nn.Linear)]
+    if len(lins) != 2:
+        raise CheckFailed(f"hidden test: FeedForward should contain two nn.Linear layers, found {len(lins)}")
+    return lins
+
+
+def feedforward_structure(FeedForward) -> None:
+    own_code(FeedForward, "FeedForward")
+    g = rng(606)
+    for _ in range(3):
+        D, d_ff = randint(g, 2, 40), randint(g, 2, 90)
+        p = [0.0, 0.1, 0.25][randint(g, 0, 2)]
+        ff = _new(FeedForward, D, d_ff, p, name="FeedForward")
+        l1, l2 = _two_linears(ff)
+        if (l1.in_features, l1.out_features, l2.in_features, l2.out_features) != (D, d_ff, d_ff, D):
+            raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) should map {D} -> {d_ff} -> {D}")
+        n = sum(q.numel() for q in ff.parameters())
+        if n != 2 * D * d_ff + d_ff + D:
+            raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) has {n} parameters, expected {2 * D * d_ff + d_ff + D}")
+        if p and not any(isinstance(m, nn.Dropout) and abs(m.p - p) < 1e-12 for m in ff.modules()):
+            raise CheckFailed(f"hidden test: FeedForward(..., dropout={p}) has no nn.Dropout({p})")
+
+
+def feedforward_values(FeedForward) -> None:
+    g = rng(607)
+    for _ in range(4):
+        D, d_ff = randint(g, 2, 40), randint(g, 2, 90)
+        ff = _new(FeedForward, D, d_ff, name="FeedForward").eval()
+        l1, l2 = _two_linears(ff)
+        x = torch.randn(randint(g, 1, 4), randint(g, 1, 9), D, generator=g)
+        out = call(ff, x, name="FeedForward.forward")
+        with torch.no_grad():
+            h = (x.double() @ l1.weight.double().T + l1.bias.double()).clamp_min(0)
+            want = (h @ l2.weight.double().T + l2.bias.double()).float()
+        if not isinstance(out, torch.Tensor) or not close(out, want):
+            fail_values("FeedForward(x)", out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
+                        f"D={D}, d_ff={d_ff}, x {tuple(x.shape)}", TOL)
+
+
+# ----------------------------------------------------------------------------------------
+def _swap_in_reference_parts(block, layer):
+    """Replace the student's sub-modules by modules holding the PyTorch layer's weights."""
+    from attention_workbook.blocks import from_torch_encoder_layer
+
+    ref = from_torch_encoder_layer(layer)
+    ln1, ln2 = nn.LayerNorm(layer.norm1.normalized_shape), nn.LayerNorm(layer.norm2.normalized_shape)
+    ln1.load_state_dict(layer.norm1.state_dict())
+    ln2.load_state_dict(layer.norm2.state_dict())
+    block.attn, block.ff, block.ln1, block.ln2 = ref.attn, ref.ff, ln1, ln2
+    return block
+
+
+def _block_vs_torch(cls, pre_ln, seed, with_mask):
+    own_code(cls, "TransformerBlock")
+    g = rng(seed)
+    for case in range(3):
+        H = randint(g, 1, 4)
+        D, d_ff = H * randint(g, 2, 8), randint(g, 4, 48)
+        B, T = randint(g, 1, 3), randint(g, 2, 9)
+        layer = nn.TransformerEncoderLayer(D, H, d_ff, dropout=0.0, batch_first=True, norm_first=pre_ln)
+        randomize_(layer, seed + case)
+        layer.eval()
+        block = _new(cls, D, H, d_ff, pre_ln=pre_ln, name="TransformerBlock")
+        for attr in ("attn", "ff", "ln1", "ln2"):
+            if not hasattr(block, attr):
+                raise CheckFailed(f"hidden test: TransformerBlock has no attribute `{attr}`")
+        block = _swap_in_reference_parts(block, layer).eval()
+        x = torch.randn(B, T, D, generator=g)
+        keep = torch.ones(B, T, dtype=torch.bool)
+        kwargs, mask = {}, None
+        if with_mask:
+            lengths = torch.randint(1, T + 1, (B,), generator=g)
+            keep = torch.arange(T)[None, :] < lengths[:, None]
+            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            mask = keep[:, None, None, :] & causal                      # (B, 1, T, T)
+            kwargs = {"src_mask": ~causal, "src_key_padding_mask": ~keep}
+        with torch.no_grad():
+            want = layer(x, **kwargs)
+            out = call(block, x, mask=mask, name="TransformerBlock.forward")
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape):
+            fail_values("TransformerBlock(x)", out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
+                        f"B={B}, T={T}, D={D}, H={H}", TORCH_TOL)
+        rows = keep if with_mask else torch.ones(B, T, dtype=torch.bool)
+        if not close(out[rows], want[rows], atol=1e-5, rtol=1e-5):
+            fail_values(f"TransformerBlock(pre_ln={pre_ln}) vs nn.TransformerEncoderLayer(norm_first={pre_ln})",
+                        out[rows], want[rows],
+                        f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}, mask={'causal+padding' if with_mask else 'None'}",
+                        TORCH_TOL)
+
+
+def block_pre_ln(TransformerBlock) -> None:
+    _block_vs_torch(TransformerBlock, True, 610, with_mask=False)
+
+
+def block_post_ln(TransformerBlock) -> None:
+    _block_vs_torch(TransformerBlock, False, 620, with_mask=False)
+
+
+def block_mask(TransformerBlock) -> None:
+    _block_vs_torch(TransformerBlock, True, 630, with_mask=True)
+    _block_vs_torch(TransformerBlock, False, 640, with_mask=True)
+
+
+# ----------------------------------------------------------------------------------------
+def block_param_count(block_param_count) -> None:
+    own_code(block_param_count, "block_param_count")
+    g = rng(650)
+    cases = [(randint(g, 1, 300), randint(g, 1, 900), bool(randint(g, 0, 1))) for _ in range(6)]
+    cases += [(768, 3072, True), (12288, 49152, True), (1024, 4096, False)]
+    for D, d_ff, bias in cases:
+        mods = [nn.Linear(D, 3 * D, bias=bias), nn.Linear(D, D, bias=bias), nn.Linear(D, d_ff, bias=bias),
+                nn.Linear(d_ff, D, bias=bias), nn.LayerNorm(D), nn.LayerNorm(D)] if D * d_ff < 2_000_000 else None
+        if mods is not None:
+            want = sum(p.numel() for m in mods for p in m.parameters())
+        else:  # too large to allocate: count weight shapes without building tensors
+            shapes = [(3 * D, D), (D, D), (d_ff, D), (D, d_ff)]
+            want = sum(o * i + (o if bias else 0) for o, i in shapes) + 4 * D
+        got = call(block_param_count, D, d_ff, bias=bias, name="block_param_count")
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if got != want or isinstance(got, float) and not float(got).is_integer():
+            raise CheckFailed(f"hidden test: block_param_count({D}, {d_ff}, bias={bias}) = {got}, expected {want}")
+
+
+# ----------------------------------------------------------------------------------------
+def _loader(fn, norm_first, seed):
+    own_code(fn, "from_torch_encoder_layer")
+    g = rng(seed)
+    for case in range(3):
+        H = randint(g, 1, 4)
+        D, d_ff = H * randint(g, 2, 8), randint(g, 4, 48)
+        layer = nn.TransformerEncoderLayer(D, H, d_ff, dropout=0.0, batch_first=True, norm_first=norm_first)
+        randomize_(layer, seed + case)
+        layer.eval()
+        block = call(fn, layer, name="from_torch_encoder_layer")
+        if not isinstance(block, nn.Module):
+            raise CheckFailed("hidden test: from_torch_encoder_layer did not return an nn.Module")
+        block.eval()
+        x = torch.randn(randint(g, 1, 3), randint(g, 1, 9), D, generator=g)
+        with torch.no_grad():
+            want = layer(x)
+            out = call(block, x, name="the loaded block")
+        if not isinstance(out, torch.Tensor) or not close(out, want, atol=1e-5, rtol=1e-5):
+            fail_values(f"the loaded block vs nn.TransformerEncoderLayer(norm_first={norm_first})",
+                        out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
+                        f"D={D}, H={H}, d_ff={d_ff}, x {tuple(x.shape)}", TORCH_TOL)
+
+
+def from_torch_post_ln(from_torch_encoder_layer) -> None:
+    _loader(from_torch_encoder_layer, False, 660)
+
+
+def from_torch_pre_ln(from_torch_encoder_layer) -> None:
+    _loader(from_torch_encoder_layer, True, 670)

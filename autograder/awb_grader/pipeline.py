@@ -1,0 +1,185 @@
+"""Grade a set of submissions for one assignment: inspect/repair, autograde, feedback.
+
+One broken submission never stops the batch: each step's failure becomes that student's
+flag, with the reason, and the next student is graded.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .course import Course
+from .submissions import UNGRADABLE, Inspection, inspect_notebook
+
+
+@dataclass
+class Row:
+    student: str
+    assignment: str
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "ok"
+    reasons: list[str] = field(default_factory=list)
+    failed_cells: list[str] = field(default_factory=list)
+
+
+def grade_submissions(course: Course, assignment: str, submissions: dict[str, Path],
+                      feedback: bool = True, progress: bool = True) -> list[Row]:
+    """``submissions``: {student_id: notebook path}. Returns one Row per student."""
+    release_nb = course.release_root / assignment / f"{assignment}.ipynb"
+    if not release_nb.exists():
+        course.generate_assignment(assignment)
+    max_scores = None
+    rows = []
+    for student, src in tqdm(sorted(submissions.items()), desc=f"grading {assignment}", disable=not progress):
+        row = Row(student, assignment)
+        dest = course.submit(student, assignment, src)
+        nb_path = dest / f"{assignment}.ipynb"
+        ins: Inspection = inspect_notebook(nb_path, release_nb, course.root / "originals" / student / assignment)
+        row.status, row.reasons = ins.status, list(ins.reasons)
+        if max_scores is None:
+            max_scores = course.max_scores(assignment) if (course.root / "gradebook.db").exists() or course.db_url else None
+        if ins.status == UNGRADABLE:
+            _forget_old_grade(course, assignment, student)
+            rows.append(row)
+            continue
+        try:
+            res = course.autograde(assignment, student)
+        except Exception as e:  # noqa: BLE001 - recorded as the student's flag, batch goes on
+            res = {"success": False, "error": f"{type(e).__name__}: {e}", "log": ""}
+        if not res["success"]:
+            row.status = "flagged"
+            row.reasons.append("nbgrader could not grade it: " + _first_line(res.get("error") or res.get("log")))
+            rows.append(row)
+            continue
+        scores = course.scores(assignment, student)
+        max_scores = course.max_scores(assignment)
+        row.score = sum(scores.values())
+        row.failed_cells = [c for c, s in scores.items() if s < max_scores.get(c, 0)]
+        broken = _broken_answers(course, assignment, student)
+        if broken:
+            row.reasons.append("answer cell(s) do not run: " + ", ".join(broken))
+        timeouts = _timeouts(course, assignment, student)
+        if timeouts:
+            row.status = "flagged" if row.status in ("ok", "repaired") else row.status
+            row.reasons.append(f"cell time limit hit in: {', '.join(timeouts)} (infinite loop?)")
+        if feedback:
+            fb = course.generate_feedback(assignment, student)
+            if not fb["success"]:
+                row.reasons.append("feedback could not be generated: " + _first_line(fb.get("error")))
+        rows.append(row)
+    max_total = sum((max_scores or course.max_scores(assignment)).values())
+    for row in rows:
+        row.max_score = max_total
+    return rows
+
+
+def _first_line(text: str | None) -> str:
+    lines = [ln for ln in (text or "").splitlines() if ln.strip() and "Traceback" not in ln]
+    return lines[-1][:200] if lines else "unknown error"
+
+
+def _timeouts(course: Course, assignment: str, student: str) -> list[str]:
+    import nbformat
+
+    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
+    if not p.exists():
+        return []
+    nb = nbformat.read(p, as_version=4)
+    hits = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and "CellTimeoutError" in out.get("ename", "") + "".join(out.get("traceback", [])):
+                hits.append(cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {nb.cells.index(cell)}"))
+    return hits
+
+
+def _broken_answers(course: Course, assignment: str, student: str) -> list[str]:
+    """Answer cells that raised when run (e.g. a SyntaxError): worth a note in the table."""
+    import nbformat
+
+    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
+    if not p.exists():
+        return []
+    out = []
+    for cell in nbformat.read(p, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            for o in cell.get("outputs", []):
+                if o.get("output_type") == "error" and o.get("ename") != "NotImplementedError":
+                    out.append(f"{meta.get('grade_id')} ({o.get('ename')})")
+    return out
+
+
+def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
+    """An ungradable resubmission must not keep a previous run's autograded copy around."""
+    for step in ("autograded", "feedback"):
+        d = course.path(step, student, assignment)
+        if d.exists():
+            shutil.rmtree(d)
+
+
+def write_flags_csv(rows: list[Row], dest: Path) -> Path:
+    with open(dest, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
+        for r in rows:
+            w.writerow([r.student, r.assignment, _fmt(r.score), _fmt(r.max_score), r.status,
+                        " | ".join(r.reasons), " ".join(r.failed_cells)])
+    return dest
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    head = ["student", "score", "status", "notes"]
+    body = [[r.student, f"{_fmt(r.score)}/{_fmt(r.max_score)}", r.status, "; ".join(r.reasons) or "-"] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    widths[-1] = min(widths[-1], 110)
+    line = lambda cells: "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
+
+
+STUDENT_FILE = re.compile(r"^(?P<student_id>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:_{1,2}.*)?\.ipynb$")
+
+
+def collect(source: Path, assignment: str, workdir: Path, pattern: re.Pattern = STUDENT_FILE) -> dict[str, Path]:
+    """Submissions from a folder or an LMS-style zip: ``<student>[_anything].ipynb`` or
+    ``<student>/<anything>.ipynb``. Returns {student: path}; a later file of the same student wins."""
+    import zipfile
+
+    source = Path(source)
+    if source.is_file() and zipfile.is_zipfile(source):
+        out = workdir / "unzipped"
+        if out.exists():
+            shutil.rmtree(out)
+        with zipfile.ZipFile(source) as zf:
+            for info in zf.infolist():
+                name = Path(info.filename)
+                if info.is_dir() or ".." in name.parts or name.is_absolute():
+                    continue
+                target = out / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as fh, open(target, "wb") as dst:
+                    shutil.copyfileobj(fh, dst)
+        source = out
+    found: dict[str, Path] = {}
+    for p in sorted(source.rglob("*.ipynb")):
+        if ".ipynb_checkpoints" in p.parts:
+            continue
+        rel = p.relative_to(source)
+        if len(rel.parts) >= 2:
+            found[rel.parts[0]] = p
+        else:
+            m = pattern.match(p.name)
+            if m:
+                found[m.group("student_id")] = p
+    return found

@@ -1,0 +1,274 @@
+"""Run student code in a sandbox while nbgrader grades it.
+
+nbgrader starts one Jupyter kernel per submission. Here that kernel is a *kernel spec* of
+ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipykernel`` in
+
+* **bubblewrap** (``bwrap``, Debian package ``bubblewrap``): no network (own network
+  namespace), own PID/IPC/UTS namespaces, a file system made only of read-only system and
+  Python directories, the workbook's helper package and the hidden checks; the student's own
+  working directory is the only writable place (plus a private ``/tmp``). ``solutions/``, the
+  gradebook, the course root and other students' files are simply not there;
+* an **unprivileged user** (when the grader runs as root: uid ``60000 + worker``), so that
+* **resource limits** (``prlimit``) hold: address space (memory), processes (fork bombs),
+  CPU seconds, file size, no core dumps; and ``timeout -s KILL`` bounds the kernel's whole
+  life (a notebook that ignores interrupts still ends).
+
+The kernel talks to nbgrader over Unix sockets (``KernelManager.transport = "ipc"``) in a
+runtime directory private to the grading worker, since it has no network, not even loopback.
+nbgrader's own per-cell time limit (``Execute.timeout``) interrupts a cell that runs too long,
+and :class:`LimitOutputBytes` truncates huge outputs before they reach the autograded
+notebook, the feedback and the gradebook.
+
+When ``bwrap`` is missing (or cannot create namespaces), grading still runs, with the
+resource limits only, and :func:`configure` prints a loud warning: student code can then
+read files and reach the network with the grader's permissions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .course import AUTOGRADER, REPO
+
+KERNEL_NAME = "awb-sandbox"
+WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
+           "(it can read files, e.g. solutions/ and the gradebook, and reach the network with the "
+           "grader's permissions). Only memory/CPU/time limits apply. Install it: "
+           "apt-get install bubblewrap")
+
+
+@dataclass
+class Limits:
+    memory_mb: int = 4096          # address space of the kernel (torch needs ~2 GB of it just to import)
+    notebook_s: int = 900          # whole-kernel wall-clock limit (killed past it)
+    nproc: int = 256               # processes + threads of the sandbox user
+    fsize_mb: int = 256            # largest file the kernel may write
+    cell_timeout: int = 60         # per cell, enforced by nbgrader (Execute.timeout)
+    output_bytes: int = 100_000    # per cell output kept in the autograded notebook
+
+
+# -- detection -------------------------------------------------------------------------------
+_BWRAP_OK: bool | None = None
+
+
+def bwrap_works() -> bool:
+    """Is bubblewrap installed and able to create the namespaces we need here?"""
+    global _BWRAP_OK
+    if _BWRAP_OK is None:
+        exe = shutil.which("bwrap")
+        if not exe:
+            _BWRAP_OK = False
+        else:
+            cmd = [exe, "--unshare-net", "--unshare-pid", "--die-with-parent", *_system_binds(),
+                   "--proc", "/proc", "--dev", "/dev", "true"]
+            if os.geteuid() != 0:
+                cmd.insert(1, "--unshare-user")
+            try:
+                _BWRAP_OK = subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _BWRAP_OK = False
+    return _BWRAP_OK
+
+
+def resolve_mode(mode: str = "auto") -> str:
+    """'bwrap' | 'limits' (resource limits only) | 'off' (nbgrader's default kernel)."""
+    if mode == "auto":
+        return "bwrap" if bwrap_works() else "limits"
+    if mode == "bwrap" and not bwrap_works():
+        raise RuntimeError("--sandbox bwrap requested but bubblewrap is missing or cannot create namespaces")
+    if mode not in ("bwrap", "limits", "off"):
+        raise ValueError(f"unknown sandbox mode {mode!r}")
+    return mode
+
+
+# -- configuration of a course ---------------------------------------------------------------
+def configure(course_root: Path, mode: str = "auto", limits: Limits | None = None,
+              say=print) -> tuple[str, dict]:
+    """Install the sandbox kernel spec under ``course_root`` and return (mode, nbgrader settings
+    for ``Course.extra``). Sets JUPYTER_PATH and AWB_SANDBOX_* in this process's environment
+    (grading workers and kernels inherit them)."""
+    limits = limits or Limits()
+    mode = resolve_mode(mode)
+    extra = {
+        "Execute.timeout": limits.cell_timeout,
+        "LimitOutput.max_lines": 200,
+        "LimitOutputBytes.max_bytes": limits.output_bytes,
+        "Autograde.autograde_preprocessors": _autograde_preprocessors(),
+    }
+    if mode == "off":
+        say("WARNING: sandbox off: student code runs with the grader's permissions and no limits")
+        return mode, extra
+    if mode == "limits":
+        say(WARNING)
+    spec_root = Path(course_root).resolve() / ".jupyter"
+    kdir = spec_root / "kernels" / KERNEL_NAME
+    kdir.mkdir(parents=True, exist_ok=True)
+    (kdir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "awb_grader.sandbox", "-f", "{connection_file}"],
+        "display_name": "Python 3 (awb sandbox)",
+        "language": "python",
+        "interrupt_mode": "message",
+        "metadata": {"debugger": False},
+    }, indent=1))
+    paths = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    if str(spec_root) not in paths:
+        os.environ["JUPYTER_PATH"] = os.pathsep.join([str(spec_root), *paths])
+    os.environ.update({
+        "AWB_SANDBOX_MODE": mode,
+        "AWB_SANDBOX_MEM_MB": str(limits.memory_mb),
+        "AWB_SANDBOX_NOTEBOOK_S": str(limits.notebook_s),
+        "AWB_SANDBOX_NPROC": str(limits.nproc),
+        "AWB_SANDBOX_FSIZE_MB": str(limits.fsize_mb),
+    })
+    extra.update({"Execute.kernel_name": KERNEL_NAME, "KernelManager.transport": "ipc"})
+    return mode, extra
+
+
+def worker_environment(worker: int, runtime_dir: Path) -> dict:
+    """Per grading worker: its own Jupyter runtime directory (connection files and the
+    kernel's Unix sockets: a kernel sees only its own) and its own sandbox uid (so one
+    submission's fork bomb does not eat another worker's process quota)."""
+    runtime_dir = Path(runtime_dir)
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
+    os.environ["AWB_SANDBOX_UID"] = str(60000 + worker)
+    os.environ["AWB_PRIVATE_RUNTIME"] = str(runtime_dir.resolve())
+    # the kernel's sockets: a folder of this worker's that the sandbox binds (kernels of one
+    # worker run one after the other); returned as nbgrader settings for Course.extra
+    return {"KernelManager.ip": str(runtime_dir.resolve() / "sock" / "kernel-ipc")}
+
+
+def _autograde_preprocessors() -> list:
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Execute, IgnorePattern,
+                                        SaveAutoGrades)
+
+    # nbgrader's default list with LimitOutput replaced by the byte-limiting subclass below
+    from .outputlimit import LimitOutputBytes
+
+    return [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutputBytes, SaveAutoGrades,
+            AssignLatePenalties, CheckCellMetadata]
+
+
+# -- the kernel launcher ------------------------------------------------------------------------
+_ETC = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
+        "alternatives", "fonts", "ssl/certs", "mime.types", "matplotlibrc"]
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    for name in _ETC:
+        p = Path("/etc") / name
+        if p.exists():
+            args += ["--ro-bind", str(p), str(p)]
+    return args
+
+
+def _ancestors(paths: list[Path]) -> list[str]:
+    """Parent directories to create world-traversable (bwrap creates them 0700 otherwise)."""
+    out: list[str] = []
+    for p in paths:
+        for parent in reversed(p.parents):
+            s = str(parent)
+            if s not in ("/", "/tmp") and not s.startswith(("/usr", "/proc", "/dev")) and s not in out:
+                out.append(s)
+    return out
+
+
+def kernel_command(connection_file: str, cwd: str, env: dict | None = None) -> list[str]:
+    """The full command line that starts one sandboxed kernel (documented, and tested)."""
+    env = dict(os.environ if env is None else env)
+    mode = env.get("AWB_SANDBOX_MODE", "bwrap")
+    mem = int(env.get("AWB_SANDBOX_MEM_MB", "4096")) * 2**20
+    life = int(env.get("AWB_SANDBOX_NOTEBOOK_S", "900"))
+    nproc = int(env.get("AWB_SANDBOX_NPROC", "256"))
+    fsize = int(env.get("AWB_SANDBOX_FSIZE_MB", "256")) * 2**20
+    uid = int(env.get("AWB_SANDBOX_UID", "60000"))
+    root = os.geteuid() == 0
+
+    python = sys.executable
+    kenv = {k: v for k, v in env.items()
+            if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                     "NBGRADER_EXECUTION", "PYTHONHASHSEED", "AWB_SMOKE", "TORCH_NUM_THREADS")
+            or (k.startswith("AWB_") and not k.startswith(("AWB_DB", "AWB_SANDBOX", "AWB_COURSE")))}
+    kenv.update({"HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl", "IPYTHONDIR": "/tmp/ipython",
+                 "PYTHONDONTWRITEBYTECODE": "1"})
+    limits = ["prlimit", f"--as={mem}", f"--nproc={nproc}", f"--cpu={life}", f"--fsize={fsize}", "--core=0"]
+    inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
+             python, "-m", "ipykernel_launcher", "-f", connection_file]
+    if mode != "bwrap":
+        return ["timeout", "-s", "KILL", str(life), *inner]
+
+    ro = [Path(sys.prefix), Path(sys.base_prefix), REPO / "attention_workbook",
+          AUTOGRADER / "awb_grader" / "__init__.py", AUTOGRADER / "awb_grader" / "hidden"]
+    ro = [p for p in ro if p.exists() and not str(p).startswith("/usr")]
+    rw = [Path(cwd), Path(connection_file).parent]
+    cmd = ["timeout", "-s", "KILL", str(life), "bwrap",
+           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--new-session", *_system_binds()]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    for d in _ancestors(ro + rw):
+        cmd += ["--perms", "0755", "--dir", d]
+    for p in ro:
+        cmd += ["--ro-bind", str(p), str(p)]
+    for p in rw:
+        cmd += ["--bind", str(p), str(p)]
+    cmd += ["--chdir", str(cwd)]
+    if root:
+        # bwrap as root (it needs root to bind /root/...); the kernel then drops to an
+        # unprivileged uid with no capabilities, so that the process limit is enforced
+        cmd += ["--cap-add", "CAP_SETUID,CAP_SETGID",
+                "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all"]
+    else:
+        cmd.insert(cmd.index("bwrap") + 1, "--unshare-user")
+    return cmd + inner
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    os.chown(path, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            try:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+            except OSError:
+                pass
+
+
+def launch(argv: list[str]) -> None:
+    """Kernel spec entry point: ``python -m awb_grader.sandbox -f CONNECTION_FILE``."""
+    conn = argv[argv.index("-f") + 1]
+    cwd = os.getcwd()
+    private = os.environ.get("AWB_PRIVATE_RUNTIME")
+    if private:
+        # the sandbox sees only this folder: the kernel's own sockets and connection file
+        sock = Path(private) / "sock"
+        sock.mkdir(parents=True, exist_ok=True)
+        copy = sock / "connection.json"
+        shutil.copyfile(conn, copy)
+        conn = str(copy)
+    else:
+        print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
+    if os.environ.get("AWB_SANDBOX_MODE", "bwrap") == "bwrap" and os.geteuid() == 0:
+        uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
+        _chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
+        os.chown(conn, uid, uid)                     # the kernel must read its connection file
+        os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
+    cmd = kernel_command(conn, cwd)
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])

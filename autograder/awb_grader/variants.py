@@ -1,0 +1,104 @@
+"""Build student submissions from the release and grade them through nbgrader.
+
+``student_notebook`` fills a copy of the released notebook the way a student would (the
+solution code without its markers, or replacement code for some cells); ``grade_variants``
+autogrades a set of such submissions in a fresh course and returns nbgrader's scores. The
+catalog tests, the alternatives tests and the demo cohort all go through here.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .course import SOLUTIONS, Course
+
+_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def solution_cells(assignment: str) -> dict[str, str]:
+    """{grade_id: code} of the solution cells, markers removed (what a correct student wrote)."""
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            out[meta["grade_id"]] = _MARKERS.sub("", cell.source)
+    return out
+
+
+def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str] | None = None,
+                     unanswered: tuple[str, ...] = ()) -> nbformat.NotebookNode:
+    """The released notebook with every solution cell filled in: ``overrides`` for some
+    cells, the reference solution for the rest, the stub left in place for ``unanswered``."""
+    nb = nbformat.read(release_nb, as_version=4)
+    solutions = solution_cells(assignment)
+    overrides = overrides or {}
+    unknown = set(overrides) - set(solutions)
+    if unknown:
+        raise KeyError(f"no solution cell(s) {sorted(unknown)} in {assignment}")
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid not in unanswered:
+            cell.source = overrides.get(gid, solutions[gid])
+    return nb
+
+
+@dataclass
+class Graded:
+    scores: dict[str, dict[str, float]]      # student -> {grade_id: score}
+    max_scores: dict[str, float]              # grade_id -> max
+    course: Course
+
+    def total(self, student: str) -> float:
+        return sum(self.scores[student].values())
+
+    @property
+    def max_total(self) -> float:
+        return sum(self.max_scores.values())
+
+    def autograded(self, student: str, assignment: str) -> nbformat.NotebookNode:
+        p = self.course.path("autograded", student, assignment) / f"{assignment}.ipynb"
+        return nbformat.read(p, as_version=4)
+
+
+def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: Path | None = None,
+                   timeout: int | None = None, files: dict[str, Path] | None = None) -> Graded:
+    """Autograde one submission per entry of ``variants`` ({student: {grade_id: code}}) and
+    per entry of ``files`` ({student: notebook to submit as it is})."""
+    root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
+    course = Course(root, release_dir=root / "release", timeout=timeout)
+    course.generate_assignment(assignment)
+    release_nb = course.release_root / assignment / f"{assignment}.ipynb"
+    with tempfile.TemporaryDirectory() as tmp:
+        for student, overrides in variants.items():
+            p = Path(tmp) / f"{student}.ipynb"
+            nbformat.write(student_notebook(release_nb, assignment, overrides), p)
+            course.submit(student, assignment, p)
+    for student, path in (files or {}).items():
+        course.submit(student, assignment, path)
+    scores = {}
+    for student in [*variants, *(files or {})]:
+        res = course.autograde(assignment, student)
+        if not res["success"]:
+            raise RuntimeError(f"autograde of {student} failed: {res.get('error')}\n{res.get('log')}")
+        scores[student] = course.scores(assignment, student)
+    return Graded(scores, course.max_scores(assignment), course)
+
+
+def error_text(nb: nbformat.NotebookNode, grade_id: str) -> str:
+    """The error output of one graded cell (ANSI codes removed), '' if it passed."""
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id and cell.cell_type == "code":
+            parts = []
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    parts.append(out.get("ename", "") + ": " + out.get("evalue", ""))
+                    parts.extend(out.get("traceback", []))
+            return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
+    return ""

@@ -1,0 +1,36 @@
+# The course's nbgrader configuration: one file for the instructor's CLI, the demo and the tests.
+#
+#   solutions/  = nbgrader's source directory (instructor notebooks, the single source of truth)
+#   exercises/  = nbgrader's release directory (generated, committed, opened by students)
+#   build/course (git-ignored) = the course root: submitted/, autograded/, feedback/, gradebook.db
+#
+# Environment overrides (used by the demo, the tests and the cohort tools):
+#   AWB_COURSE_ROOT, AWB_RELEASE_DIR, AWB_DB_URL, AWB_CELL_TIMEOUT
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
+
+_REPO = Path(__file__).resolve().parent.parent
+
+c.CourseDirectory.course_id = "attention-workbook"
+c.CourseDirectory.root = os.environ.get("AWB_COURSE_ROOT", str(_REPO / "build" / "course"))
+c.CourseDirectory.source_directory = str(_REPO / "solutions")
+c.CourseDirectory.release_directory = os.environ.get("AWB_RELEASE_DIR", str(_REPO / "exercises"))
+if os.environ.get("AWB_DB_URL"):
+    c.CourseDirectory.db_url = os.environ["AWB_DB_URL"]  # default: sqlite gradebook.db in the course root
+# nbgrader's exchange (JupyterHub release/collect) is not used; keep it inside the course root
+c.Exchange.root = os.path.join(c.CourseDirectory.root, "exchange")
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".git"]
+
+# PyTorch cells (imports, small training runs) need more than nbgrader's default 30 s.
+# A cell that runs past the limit is interrupted and marked as an error; the batch goes on.
+c.Execute.timeout = int(os.environ.get("AWB_CELL_TIMEOUT", "120"))
+c.Execute.interrupt_on_timeout = True
+c.Execute.startup_timeout = 120
+
+# A student who deletes a test cell still has it run (and loses its points honestly).
+c.OverwriteCells.add_missing_cells = True
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.enforce_metadata = True

@@ -1,0 +1,13 @@
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+for p in (REPO / "autograder", REPO):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from awb_grader.course import ensure_kernel_path  # noqa: E402
+
+ensure_kernel_path()  # grading kernels started by the tests find awb_grader and our package
+os.environ.setdefault("MPLBACKEND", "Agg")

@@ -1,0 +1,66 @@
+"""Every catalogued mistake loses points under nbgrader, every correct alternative and the
+solution notebook itself get full marks. Each exercise's variants are autograded together in
+one throwaway course (one nbgrader generate_assignment, one autograde per variant)."""
+
+import pytest
+
+from awb_grader import catalog
+from awb_grader.course import SOLUTIONS, assignments
+from awb_grader.variants import error_text, grade_variants
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", assignments())
+def test_catalog(assignment, tmp_path):
+    mistakes = catalog.mistakes(assignment)
+    alternatives = catalog.alternatives(assignment)
+    variants = {"reference": {}}
+    variants.update({f"mistake-{m.id}": {m.cell: m.source, **m.extra_cells} for m in mistakes})
+    variants.update({f"alternative-{a.id}": dict(a.cells) for a in alternatives})
+    source_nb = SOLUTIONS / assignment / f"{assignment}.ipynb"
+    graded = grade_variants(assignment, variants, tmp_path, timeout=60, files={"solution-notebook": source_nb})
+
+    problems = []
+    for student in ("solution-notebook", "reference"):
+        if graded.total(student) != graded.max_total:
+            problems.append(f"{student} scored {graded.total(student)}/{graded.max_total}: {graded.scores[student]}")
+    for m in mistakes:
+        student = f"mistake-{m.id}"
+        scores = graded.scores[student]
+        kept = [c for c in m.must_fail if scores.get(c) is None or scores[c] >= graded.max_scores[c]]
+        if kept:
+            problems.append(f"{m.id}: kept full points on {kept} (scores {scores})")
+        if m.hint:
+            nb = graded.autograded(student, assignment)
+            texts = [error_text(nb, c) for c in m.must_fail]
+            if not any(m.hint.lower() in t.lower() for t in texts):
+                first = next((t for t in texts if t), "(no error output)")
+                problems.append(f"{m.id}: no failing cell's message contains {m.hint!r}; first message:\n{first}")
+    for a in alternatives:
+        student = f"alternative-{a.id}"
+        if graded.total(student) != graded.max_total:
+            lost = {c: s for c, s in graded.scores[student].items() if s < graded.max_scores[c]}
+            problems.append(f"correct alternative {a.id} lost points: {lost}")
+    assert not problems, "\n".join(problems)
+    print(f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
+          f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}")
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_catalog_is_substantial_and_covers_every_test_cell(assignment):
+    """A test cell no known mistake fails could be a check that cannot fail."""
+    import nbformat
+
+    mistakes = catalog.mistakes(assignment)
+    assert len(mistakes) >= 3, f"{assignment}: only {len(mistakes)} catalogued mistakes"
+    assert catalog.alternatives(assignment), f"{assignment}: no correct alternative implementation catalogued"
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    tests = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    answers = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    covered = {c for m in mistakes for c in m.must_fail}
+    assert tests - covered == set(), f"test cells no catalogued mistake fails: {sorted(tests - covered)}"
+    assert covered - tests == set(), f"catalog names unknown test cells: {sorted(covered - tests)}"
+    unknown = {m.cell for m in mistakes} - answers
+    assert not unknown, f"catalog replaces unknown answer cells: {sorted(unknown)}"
+    ids = [m.id for m in mistakes]
+    assert len(ids) == len(set(ids)), "duplicate mistake ids"

@@ -1,0 +1,31 @@
+"""A mistake only the hidden checks catch: the student loses the points, and the feedback
+shows the failing call and message but none of the hidden check's code."""
+
+import html
+import re
+
+import pytest
+
+from awb_grader import catalog
+from awb_grader.course import AUTOGRADER
+from awb_grader.variants import error_text, grade_variants
+
+A = "04_queries_keys_values"
+
+
+@pytest.mark.slow
+def test_hidden_only_failure_feedback(tmp_path):
+    m = next(m for m in catalog.mistakes(A) if m.id == "sdpa_transpose_1_2")
+    graded = grade_variants(A, {"student": {m.cell: m.source}}, tmp_path, timeout=60)
+    nb = graded.autograded("student", A)
+    msg = error_text(nb, "test_sdpa_values")
+    assert "hidden test" in msg, msg
+    assert "Traceback" not in msg and "awb_grader/hidden" not in msg
+    res = graded.course.generate_feedback(A, "student")
+    assert res["success"], res
+    fb = graded.course.path("feedback", "student", A) / f"{A}.html"
+    text = html.unescape(re.sub(r"<[^>]+>", "", fb.read_text()))
+    assert "hidden test" in text  # the student is told a hidden test failed ...
+    src = (AUTOGRADER / "awb_grader" / "hidden" / "ex04.py").read_text()
+    body = [ln.strip() for ln in src.splitlines() if len(ln.strip()) > 30 and not ln.strip().startswith(("#", "def "))]
+    assert not [ln for ln in body if ln in text]  # ... but not how it checks

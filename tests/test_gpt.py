@@ -1,0 +1,233 @@
+"""attention_workbook.gpt: the GPT of lecture 08, its graded pieces and the training loop."""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_workbook import gpt
+from attention_workbook.blocks import TransformerBlock
+from attention_workbook.gpt import GPT, generate, get_batch, lr_at
+
+
+def tiny(**kw):
+    torch.manual_seed(0)
+    args = dict(vocab_size=65, block_size=16, n_layer=2, n_head=4, d_model=32)
+    args.update(kw)
+    return GPT(**args)
+
+
+def test_shapes_and_loss_at_init_is_ln_vocab():
+    m = tiny()
+    idx = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(1))
+    logits, loss = m(idx)
+    assert logits.shape == (3, 16, 65) and loss is None
+    _, loss = m(idx, torch.roll(idx, -1, dims=1))
+    assert abs(loss.item() - math.log(65)) < 0.1  # small init: every character about equally likely
+    with pytest.raises(ValueError, match="block_size"):
+        m(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_causal_future_tokens_change_no_earlier_logit():
+    m = tiny().eval()
+    idx = torch.randint(65, (2, 16), generator=torch.Generator().manual_seed(2))
+    changed = idx.clone()
+    changed[:, 9] = (changed[:, 9] + 7) % 65
+    a, _ = m(idx)
+    b, _ = m(changed)
+    assert torch.equal(a[:, :9], b[:, :9])
+    assert (a[:, 9:] - b[:, 9:]).abs().max() > 1e-3
+
+
+def test_positions_matter_and_weights_are_tied():
+    m = tiny().eval()
+    logits, _ = m(torch.full((1, 8), 5))
+    assert (logits[0, 0] - logits[0, 5]).abs().max() > 1e-4  # same token, different positions
+    assert m.lm_head.weight is m.tok_emb.weight
+    D, V, T, L = 32, 65, 16, 2
+    block = 4 * D * D + 4 * D + 2 * (D * 4 * D) + 4 * D + D + 4 * D  # attention, feed-forward, 2 LayerNorms
+    assert m.num_params() == V * D + T * D + L * block + 2 * D
+    untied = tiny(tie_weights=False)
+    assert untied.num_params() == m.num_params() + V * D
+
+
+def test_bias_free_variant_has_no_bias_vectors():
+    m = tiny(bias=False)
+    assert all(p.dim() == 2 or "ln" in n for n, p in m.named_parameters())
+    assert not any(n.endswith(".bias") for n, _ in m.named_parameters())
+
+
+def test_fast_attention_path_matches_the_weights_path_and_lecture06_block():
+    m = tiny().eval()
+    idx = torch.randint(65, (2, 12), generator=torch.Generator().manual_seed(3))
+    fast, _ = m(idx)
+    maps = m.attention_maps(idx)                                         # (L, B, H, T, T)
+    assert maps.shape == (2, 2, 4, 12, 12)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 2, 4, 12))
+    assert maps.triu(1).abs().max() == 0                                 # nothing looks ahead
+    for a in m.attentions():
+        a.keep_weights = True
+    slow, _ = m(idx)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    # our Block is lecture 06's TransformerBlock: same weights -> same output
+    ours = m.blocks[0]
+    ref = TransformerBlock(32, 4, 128, pre_ln=True, activation=torch.nn.GELU).eval()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 12, 32)
+    torch.testing.assert_close(ours(x, is_causal=True), ref(x, is_causal=True), atol=1e-5, rtol=1e-5)
+
+
+def test_head_ablation_zeroes_one_head():
+    m = tiny().eval()
+    idx = torch.randint(65, (1, 10), generator=torch.Generator().manual_seed(4))
+    base, _ = m(idx)
+    with gpt.ablate_heads(m, [(1, 2)]):
+        ablated, _ = m(idx)
+        # by hand: zero head 2's slice of the input of W_o in layer 1
+        W_o = m.blocks[1].attn.W_o.weight
+        assert m.blocks[1].attn.head_mask.tolist() == [1, 1, 0, 1]
+    assert (base - ablated).abs().max() > 1e-5
+    again, _ = m(idx)
+    torch.testing.assert_close(again, base)  # restored after the with block
+    data = torch.randint(65, (500,), generator=torch.Generator().manual_seed(5))
+    full, delta = gpt.head_ablation(m, data, batch_size=4, eval_iters=2)
+    assert delta.shape == (2, 4) and math.isfinite(full)
+
+
+def test_get_batch_targets_are_inputs_shifted_by_one():
+    data = torch.arange(100, 200)
+    x, y = get_batch(data, 8, 5, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 8)
+    assert torch.equal(y, x + 1)                     # data is consecutive integers
+    assert int(y.max()) <= 199
+    x2, _ = get_batch(data, 8, 5, torch.Generator().manual_seed(0))
+    assert torch.equal(x, x2)
+
+
+def test_lr_schedule_at_known_steps():
+    kw = dict(warmup_steps=10, max_steps=110, max_lr=1e-3, min_lr=1e-4)
+    assert lr_at(0, **kw) == pytest.approx(1e-4)          # (0 + 1) / 10 of max_lr: step 0 learns
+    assert lr_at(4, **kw) == pytest.approx(5e-4)
+    assert lr_at(9, **kw) == pytest.approx(1e-3)
+    assert lr_at(10, **kw) == pytest.approx(1e-3)
+    assert lr_at(60, **kw) == pytest.approx(5.5e-4)       # half way down the cosine
+    assert lr_at(110, **kw) == pytest.approx(1e-4)
+    assert lr_at(5000, **kw) == pytest.approx(1e-4)
+    lrs = [lr_at(s, **kw) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert lr_at(0, 0, 100, 1.0, 0.0) == 1.0              # no warmup
+
+
+def test_generate_crops_samples_and_is_reproducible():
+    m = tiny()
+    prompt = torch.randint(65, (2, 40), generator=torch.Generator().manual_seed(6))  # longer than block_size
+    out = generate(m, prompt, 5, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 45) and torch.equal(out[:, :40], prompt)
+    again = generate(m, prompt, 5, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)
+    greedy = generate(m, prompt, 5, temperature=0)
+    assert torch.equal(greedy, generate(m, prompt, 5, top_k=1))
+    assert m.training  # mode restored
+
+
+def test_top_k_and_temperature_shape_the_distribution():
+    class Fixed(torch.nn.Module):
+        block_size = 4
+        training = False
+
+        def forward(self, idx):
+            assert idx.size(1) <= 4
+            logits = torch.tensor([0.0, 1.0, 2.0, 3.0, 0.5]).expand(idx.size(0), idx.size(1), 5)
+            return logits, None
+
+    m = Fixed()
+    g = torch.Generator().manual_seed(0)
+    start = torch.zeros(20000, 6, dtype=torch.long)
+    nxt = generate(m, start, 1, top_k=2, generator=g)[:, -1]
+    assert set(nxt.tolist()) == {2, 3}
+    p = torch.bincount(nxt, minlength=5).float() / len(nxt)
+    assert p[3].item() == pytest.approx(math.e / (1 + math.e), abs=0.02)
+    nxt = generate(m, start, 1, temperature=0.5, generator=g)[:, -1]
+    p = torch.bincount(nxt, minlength=5).float() / len(nxt)
+    expected = F.softmax(torch.tensor([0.0, 1.0, 2.0, 3.0, 0.5]) / 0.5, dim=-1)
+    torch.testing.assert_close(p, expected, atol=0.02, rtol=0)
+
+
+def test_overfits_a_single_batch():
+    m = tiny(n_layer=1, d_model=32)
+    data = torch.randint(65, (400,), generator=torch.Generator().manual_seed(7))
+    x, y = get_batch(data, 16, 4, torch.Generator().manual_seed(0))
+    opt = gpt.configure_optimizer(m, 0.0, 1e-2)
+    for _ in range(150):
+        _, loss = m(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.3
+
+
+def test_optimizer_decays_matrices_only():
+    m = tiny()
+    opt = gpt.configure_optimizer(m, 0.1, 1e-3)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == m.num_params()
+
+
+def test_presets_and_choice(monkeypatch):
+    for name, cfg in gpt.PRESETS.items():
+        assert cfg.model.d_model % cfg.model.n_head == 0, name
+        assert cfg.warmup_iters < cfg.max_iters
+    monkeypatch.delenv("AWB_PRESET", raising=False)
+    monkeypatch.setenv("AWB_SMOKE", "1")
+    assert gpt.choose_preset("cpu") == "smoke"
+    assert gpt.choose_preset("cpu", override="t4") == "t4"
+    monkeypatch.delenv("AWB_SMOKE")
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    monkeypatch.delenv("AWB_GRADING", raising=False)
+    assert gpt.choose_preset("cpu") == "cpu"
+    with pytest.raises(ValueError):
+        gpt.choose_preset("cpu", "huge")
+    cfg = gpt.PRESETS["cpu"].with_overrides(n_layer=1, lr=1.0)
+    assert cfg.model.n_layer == 1 and cfg.lr == 1.0 and gpt.PRESETS["cpu"].model.n_layer != 1
+    assert gpt.TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert gpt.amp_dtype("cpu", "fp32") is None and gpt.amp_dtype("cuda", "fp16") == torch.float16
+
+
+def _smoke_run(tmp_path, data, max_iters=20, stop_at=None):
+    cfg = replace(gpt.PRESETS["smoke"], max_iters=max_iters, eval_interval=10, eval_iters=2)
+    torch.manual_seed(cfg.seed)
+    model = GPT.from_config(cfg.model)
+
+    def stop(step, hist):
+        if step == stop_at:
+            raise KeyboardInterrupt  # a Colab disconnect, right after the checkpoint at this step
+
+    try:
+        hist = gpt.train(model, cfg, data[:9000], data[9000:], ckpt_path=tmp_path / "ckpt.pt",
+                         progress=False, on_eval=stop)
+    except KeyboardInterrupt:
+        return model, None
+    return model, hist
+
+
+def test_train_loop_learns_checkpoints_and_resumes_exactly(tmp_path):
+    text = ("To be, or not to be, that is the question:\n" * 300)[:10000]
+    data = torch.tensor([ord(c) % 65 for c in text])
+    full, hist = _smoke_run(tmp_path / "a", data)
+    assert hist["step"] == [10, 20] and hist["val"][-1] < hist["val"][0] < math.log(65)
+    assert hist["tokens_per_s"][-1] > 0 and len(hist["lr"]) == 2
+    ck = gpt.load_checkpoint(tmp_path / "a" / "ckpt.pt")
+    assert ck["step"] == 20 and ck["config"]["name"] == "smoke"
+    # interrupted at step 10, then resumed: the same weights as the uninterrupted run
+    _, none = _smoke_run(tmp_path / "b", data, stop_at=10)
+    assert none is None and gpt.load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 10
+    resumed, hist_b = _smoke_run(tmp_path / "b", data)
+    assert hist_b["step"] == [10, 20]
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q)
+    model, ck = gpt.model_from_checkpoint(tmp_path / "b" / "ckpt.pt")
+    torch.testing.assert_close(model(data[None, :32])[0], resumed.eval()(data[None, :32])[0])

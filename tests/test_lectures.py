@@ -1,0 +1,47 @@
+"""Every lecture runs top to bottom (nbclient) and has what every lecture promises."""
+
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parent.parent
+LECTURES = sorted((REPO / "lectures").glob("*.ipynb"))
+SHARED_DATA = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_lecture_structure(path):
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "lectures are stored with outputs"
+    assert "ipywidgets" in code, "at least one widget where exploring beats reading"
+    assert "What you should now be able to do" in text
+    assert f"exercises/{path.stem}/{path.stem}.ipynb" in text, "ends with a pointer to its exercise"
+    assert os.path.getsize(path) < 3_000_000, "keep stored outputs small"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_lecture_executes(path, record_property):
+    nb = nbformat.read(path, as_version=4)
+    env_before = dict(os.environ)
+    os.environ["AWB_SMOKE"] = "1"  # notebooks that train pick their tiny test configuration
+    if SHARED_DATA.exists():
+        os.environ.setdefault("AWB_TINYSHAKESPEARE", str(SHARED_DATA))
+    try:
+        t0 = time.perf_counter()
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        seconds = time.perf_counter() - t0
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    record_property("seconds", round(seconds, 1))
+    print(f"\n{path.stem}: executed in {seconds:.1f} s")
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors

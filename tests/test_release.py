@@ -1,0 +1,84 @@
+"""The committed release is what nbgrader generates from solutions/, and the notebooks have
+the structure nbgrader and students rely on."""
+
+import re
+
+import nbformat
+import pytest
+from nbgrader.nbgraderformat import MetadataValidator
+
+from awb_grader import release
+from awb_grader.course import EXERCISES, SOLUTIONS, Course, assignments
+
+ASSIGNMENTS = assignments()
+
+
+def _nb(path):
+    return nbformat.read(path, as_version=4)
+
+
+def _meta(cell):
+    return cell.metadata.get("nbgrader", {})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_in_sync(assignment):
+    problems = release.diff([assignment])
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_nbgrader_metadata_valid(assignment):
+    for path in (SOLUTIONS / assignment / f"{assignment}.ipynb", EXERCISES / assignment / f"{assignment}.ipynb"):
+        MetadataValidator().validate_nb(_nb(path))  # raises on invalid nbgrader metadata
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_source_notebook_structure(assignment):
+    nb = _nb(SOLUTIONS / assignment / f"{assignment}.ipynb")
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "solutions are stored without outputs"
+    prev = None
+    n_solution = n_tests = 0
+    for cell in nb.cells:
+        meta = _meta(cell)
+        if meta.get("solution"):
+            n_solution += 1
+            assert "### BEGIN SOLUTION" in cell.source, f"{meta['grade_id']}: no solution region"
+        if meta.get("grade"):
+            n_tests += 1
+            gid = meta["grade_id"]
+            # nbgrader re-adds a deleted test cell after the previous answer/test cell, and
+            # crashes if that previous cell is any other kind: keep tests right after them
+            assert prev is not None and (_meta(prev).get("solution") or _meta(prev).get("grade")), (
+                f"test cell {gid} must directly follow an answer or test cell")
+            assert "### BEGIN HIDDEN TESTS" in cell.source, f"{gid}: no hidden tests"
+            hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1]
+            assert "awb_grader.hidden" in hidden, f"{gid}: hidden logic must live in awb_grader.hidden"
+            visible = cell.source.split("### BEGIN HIDDEN TESTS", 1)[0]
+            assert visible.strip(), f"{gid}: no visible check before the hidden tests"
+            assert meta.get("points", 0) > 0
+        prev = cell
+    assert n_solution and n_tests
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "★" in text and re.search(r"\d+\s*min", text), "each exercise states difficulty and expected time"
+    assert "lectures/" in text, "the exercise links back to its lecture"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_has_no_solutions_or_hidden_tests(assignment):
+    nb = _nb(EXERCISES / assignment / f"{assignment}.ipynb")
+    text = "\n".join(c.source for c in nb.cells)
+    assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text and "awb_grader" not in text
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_unsolved_release_fails_validation(assignment, tmp_path):
+    """nbgrader's validator must report failures for the unsolved student version."""
+    from nbgrader.validator import Validator
+
+    cfg = Course(tmp_path / "course").config()
+    results = Validator(config=cfg).validate(str(EXERCISES / assignment / f"{assignment}.ipynb"))
+    assert results.get("failed"), f"the unsolved release of {assignment} passes validation: {results}"
