@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)/autograder$(if $(PYTHONPATH),:$(PYTHONPATH))
 export MPLBACKEND := Agg
 
-.PHONY: help venv demo test test-fast lab release check-release links bench clean
+.PHONY: help venv demo test test-fast lab release check-release links bench cohort adversarial bench-cohort clean
 
 help:
 	@echo "make demo           grade the demo cohort end to end (nbgrader) and print the table"
@@ -17,6 +17,9 @@ help:
 	@echo "make check-release  is exercises/ in sync with solutions/?"
 	@echo "make links          rewrite Colab badges and setup cells from pyproject's repository URL"
 	@echo "make bench          autograde cost against a bare nbclient run"
+	@echo "make cohort SUBMISSIONS=lms.zip   grade a whole cohort (every exercise): CSV, feedback, summary"
+	@echo "make adversarial    grade the adversarial cohort (hostile/broken submissions) and print the summary"
+	@echo "make bench-cohort   cohort grading: nbclient vs nbgrader, sequential vs parallel, sandbox cost"
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed, found " + sys.version.split()[0]'
@@ -50,6 +53,18 @@ links: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_autograde.py
+
+SUBMISSIONS ?=
+COHORT_ARGS ?=
+cohort: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || (echo "usage: make cohort SUBMISSIONS=path/to/lms.zip [COHORT_ARGS='--workers 4']"; exit 2)
+	$(BIN)/python -m awb_grader cohort $(SUBMISSIONS) $(COHORT_ARGS)
+
+adversarial: $(STAMP)
+	$(BIN)/python -m awb_grader adversarial
+
+bench-cohort: $(STAMP)
+	$(BIN)/python benchmarks/bench_cohort.py
 
 clean:
 	rm -rf build

@@ -52,11 +52,13 @@ def attention_heatmap(
     if annotate is None:
         annotate = tq * tk <= 64
     if annotate:
-        hi = np.nanmax(w) if w.size else 0.0
+        # text colour from where the value sits on the colour scale actually drawn
+        lo_c, hi_c = im.get_clim()
+        span = (hi_c - lo_c) or 1.0
         for i in range(tq):
             for j in range(tk):
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
-                        color="black" if w[i, j] > 0.6 * hi else "white", fontsize=8)
+                        color="black" if (w[i, j] - lo_c) / span > 0.6 else "white", fontsize=8)
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return ax

@@ -86,6 +86,8 @@ def main(argv=None):
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a preset field (TrainConfig or GPTConfig), e.g. lr=2e-3, n_layer=3")
     ap.add_argument("--device", default=None, help="cpu / cuda / mps (default: picked automatically)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads for both runs (default: the preset's setting, else PyTorch's)")
     ap.add_argument("--eval-batches", type=int, default=100)
     ap.add_argument("--max-seconds", type=float, default=None, help="stop training after this wall time")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
@@ -100,11 +102,14 @@ def main(argv=None):
           f"(loaded in {time.perf_counter() - t:.1f} s)")
     overrides = dict(kv.split("=", 1) for kv in args.set)
     cfg = gpt.PRESETS[args.preset].with_overrides(**{k: parse_value(v) for k, v in overrides.items()})
+    base = gpt.NANOGPT_CPU
+    if args.threads:
+        cfg, base = replace(cfg, threads=args.threads), replace(base, threads=args.threads)
     results = []
     if args.only != "baseline":
         results.append(run_one(cfg, ds, device, args.eval_batches, args.max_seconds))
     if args.only != "preset":
-        results.append(run_one(gpt.NANOGPT_CPU, ds, device, args.eval_batches, args.max_seconds))
+        results.append(run_one(base, ds, device, args.eval_batches, args.max_seconds))
     print("\n| run | params | steps | train s (wall) | CPU s | tokens/s | val loss |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:

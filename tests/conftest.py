@@ -11,3 +11,6 @@ from awb_grader.course import ensure_kernel_path  # noqa: E402
 
 ensure_kernel_path()  # grading kernels started by the tests find awb_grader and our package
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Two pytest workers on two cores each start notebook kernels: one torch thread per process
+# avoids oversubscription (small tensors gain nothing from more). Kernels inherit this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")

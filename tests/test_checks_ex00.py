@@ -105,3 +105,9 @@ def test_center_tokens_visible_case_hides_the_broadcast_bug():
     # the point of that check: the keepdim bug runs without error on its input and is named
     x = torch.randn(1, 3, 3)
     assert (x - x.mean(-1)).shape == x.shape
+
+
+def test_unanswered_split_last_error_says_not_implemented():
+    ns = _namespace({"split_last": "def split_last(x, n):\n    raise NotImplementedError()\n"})
+    msg = _run("test_split_last_error", ns)
+    assert msg and "not implemented yet" in msg

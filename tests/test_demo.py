@@ -14,7 +14,8 @@ from awb_grader.pipeline import grade_submissions
 pytestmark = pytest.mark.xdist_group("demo")
 
 
-@pytest.fixture(scope="module")
+# session scope: xdist may interleave other modules on this worker; the demo must run once
+@pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo") / "demo"
     rows = demo.run(root=root, quiet=True)

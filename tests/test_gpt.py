@@ -12,6 +12,15 @@ from attention_workbook.blocks import TransformerBlock
 from attention_workbook.gpt import GPT, generate, get_batch, lr_at
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on one thread: two OpenMP threads on a busy 2-core machine mostly wait."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny(**kw):
     torch.manual_seed(0)
     args = dict(vocab_size=65, block_size=16, n_layer=2, n_head=4, d_model=32)
@@ -160,7 +169,7 @@ def test_overfits_a_single_batch():
     data = torch.randint(65, (400,), generator=torch.Generator().manual_seed(7))
     x, y = get_batch(data, 16, 4, torch.Generator().manual_seed(0))
     opt = gpt.configure_optimizer(m, 0.0, 1e-2)
-    for _ in range(150):
+    for _ in range(60):
         _, loss = m(x, y)
         opt.zero_grad()
         loss.backward()
@@ -231,3 +240,24 @@ def test_train_loop_learns_checkpoints_and_resumes_exactly(tmp_path):
         torch.testing.assert_close(p, q)
     model, ck = gpt.model_from_checkpoint(tmp_path / "b" / "ckpt.pt")
     torch.testing.assert_close(model(data[None, :32])[0], resumed.eval()(data[None, :32])[0])
+
+
+def test_benchmark_script_smoke(tmp_path, monkeypatch):
+    """benchmarks/bench_gpt_cpu.py end to end on the smoke preset (the real figures are in results/)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
+    if not shared.is_file():
+        pytest.skip(f"no local tiny-shakespeare at {shared.resolve()}")
+    monkeypatch.setenv("AWB_TINYSHAKESPEARE", str(shared.resolve()))
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpt_cpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpt_cpu", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    bench.main(["--preset", "smoke", "--only", "preset", "--eval-batches", "2", "--set", "max_iters=5",
+                "--json", str(out)])
+    runs = json.loads(out.read_text())["runs"]
+    assert runs[0]["name"] == "smoke" and runs[0]["steps"] == 5 and 0 < runs[0]["val_loss"] < 5

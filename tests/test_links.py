@@ -33,3 +33,23 @@ def test_badge_and_setup_cells_in_sync(path):
         if "awb-setup" in tags:
             assert cell.source == config.setup_cell_source(), "run `make links`"
             assert "--no-deps" in cell.source
+
+
+def test_reread_links_point_at_existing_lecture_sections():
+    """Hints and exercises cite `lectures/NN_topic.ipynb#anchor`: every one must exist."""
+    import re
+
+    anchors = {}
+    for p in sorted((REPO / "lectures").glob("*.ipynb")):
+        nb = nbformat.read(p, as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        anchors[p.name] = set(re.findall(r'<a id="([^"]+)"', text))
+    sources = sorted((REPO / "attention_workbook" / "checks").glob("ex*.py")) + sorted(REPO.glob("solutions/*/*.ipynb"))
+    broken, seen = [], 0
+    for f in sources:
+        for lecture, anchor in re.findall(r"lectures/(\d\d_[a-z_]+\.ipynb)#([A-Za-z0-9_-]+)", f.read_text()):
+            seen += 1
+            if anchor not in anchors.get(lecture, set()):
+                broken.append(f"{f.relative_to(REPO)} -> {lecture}#{anchor}")
+    assert seen > 50
+    assert not broken, "\n".join(sorted(set(broken)))

@@ -79,7 +79,7 @@ def call(fn: Callable, *args, name: str | None = None, reread: str | None = None
     except CheckFailed:
         raise
     except ForbiddenCall as e:
-        raise CheckFailed(f"{name} called a function this exercise asks you to write yourself",
+        raise CheckFailed(f"{name} called a built-in that this exercise rules out",
                           hint=str(e), reread=reread) from None
     except NotImplementedError:
         raise CheckFailed(f"{name} is not implemented yet",

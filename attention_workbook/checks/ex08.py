@@ -7,6 +7,8 @@ tokens, temperature after the softmax, ...) and names the one the student's outp
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import torch
@@ -22,12 +24,40 @@ SEC_SCHEDULE = f"lecture 08, section 5 'The optimizer and the learning-rate sche
 SEC_GENERATE = f"lecture 08, section 7 'Generating text' ({LECTURE}#generation)"
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Run tiny models on one thread: on a busy 2-core machine two OpenMP threads spin-wait on
+    each other and a 40-step check takes ten times longer. The caller's setting is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def single_threaded(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with one_thread():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 # ----------------------------------------------------------------------------------------
 # get_batch
 # ----------------------------------------------------------------------------------------
 def _student_batch(get_batch, data, block_size, batch_size, seed):
-    out = call(get_batch, data, block_size, batch_size, torch.Generator().manual_seed(seed),
-               name="get_batch", reread=SEC_DATA)
+    try:
+        out = call(get_batch, data, block_size, batch_size, torch.Generator().manual_seed(seed),
+                   name="get_batch", reread=SEC_DATA)
+    except CheckFailed as e:
+        if "equal size" in e.title or "out of" in e.title:
+            raise CheckFailed(e.title, reread=SEC_DATA, student_tb=e.student_tb, details=e.details,
+                              hint="a window runs past the end of the data: the largest valid start is "
+                                   "len(data) - block_size - 1, so draw starts with torch.randint(len(data) - "
+                                   "block_size, ...)") from None
+        raise
     if not (isinstance(out, tuple) and len(out) == 2):
         raise CheckFailed("get_batch must return a pair (x, y)", hint="end with `return x, y`", reread=SEC_DATA)
     x, y = out
@@ -165,6 +195,7 @@ def _forward(model, idx, targets=None):
     return out
 
 
+@single_threaded
 def gpt_forward(GPT) -> None:
     """Shapes, loss None without targets, and a loss near ln(65) at initialisation."""
     model = _build(GPT)
@@ -196,6 +227,7 @@ def gpt_forward(GPT) -> None:
     passed(f"GPT: logits (B, T, 65), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f})")
 
 
+@single_threaded
 def gpt_causal(GPT) -> None:
     """Changing a token never changes a logit at an earlier position."""
     model = _build(GPT, seed=1)
@@ -217,6 +249,7 @@ def gpt_causal(GPT) -> None:
     passed("GPT: causal (a changed token moves no earlier logit)")
 
 
+@single_threaded
 def gpt_positions_and_tying(GPT) -> None:
     """Position embeddings are added; the output layer shares the token embedding's weights."""
     model = _build(GPT, seed=2)
@@ -235,6 +268,7 @@ def gpt_positions_and_tying(GPT) -> None:
     passed("GPT: position embeddings added, output layer tied to the token embedding")
 
 
+@single_threaded
 def gpt_overfits(GPT) -> None:
     """Training on one small batch drives the loss down (the model can learn at all)."""
     torch.manual_seed(0)
@@ -249,18 +283,18 @@ def gpt_overfits(GPT) -> None:
     y = torch.randint(65, (4, 8), generator=g)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     first = None
-    for _ in range(80):
+    for _ in range(40):
         _, loss = _forward(model, x, y)
         first = loss.item() if first is None else first
         opt.zero_grad()
         call(loss.backward, name="loss.backward", reread=SEC_MODEL)
         opt.step()
     if loss.item() > 0.5:
-        raise CheckFailed(f"80 Adam steps on a single batch only brought the loss from {first:.2f} to {loss.item():.2f}",
+        raise CheckFailed(f"40 Adam steps on a single batch only brought the loss from {first:.2f} to {loss.item():.2f}",
                           reread=SEC_MODEL, hint="a correct model memorises one batch of 32 tokens quickly: check "
                           "that the blocks, ln_f and lm_head are all used and that the parameters are registered "
                           "(nn.ModuleList, not a Python list)")
-    passed(f"GPT: overfits a single batch (loss {first:.2f} -> {loss.item():.2f} in 80 steps)")
+    passed(f"GPT: overfits a single batch (loss {first:.2f} -> {loss.item():.2f} in 40 steps)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -289,6 +323,7 @@ def _gen(generate, model, idx, n, **kw):
     return expect_tensor(out, "generate(...)", SEC_GENERATE)
 
 
+@single_threaded
 def generate_basics(generate) -> None:
     """Shape (B, T + n), prompt kept, context cropped to block_size, last position used, reproducible."""
     model = FixedLogits(torch.zeros(6), block_size=4, follow=True)
@@ -321,6 +356,7 @@ def _freqs(generate, scores, n_rows=20000, **kw):
     return torch.bincount(out[:, -1], minlength=len(scores)).float() / n_rows
 
 
+@single_threaded
 def generate_sampling(generate) -> None:
     """The sampled frequencies follow softmax(logits / temperature), restricted to the top k."""
     scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 0.5])

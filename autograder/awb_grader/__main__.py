@@ -20,6 +20,25 @@ def main(argv=None) -> int:
     g.add_argument("--course", type=Path, default=None, help="course root (default build/course)")
     g.add_argument("--timeout", type=int, default=None, help="cell time limit in seconds (default 120)")
     g.add_argument("--no-feedback", action="store_true")
+    c = sub.add_parser("cohort", help="grade a whole cohort (every exercise) from one LMS zip or folder: "
+                                      "collect, repair, sandboxed parallel autograde, feedback, CSV, summary")
+    c.add_argument("submissions", type=Path, help="a zip (LMS download) or a folder of submissions")
+    c.add_argument("--course", type=Path, default=None, help="course root (default build/cohort)")
+    c.add_argument("--exercises", nargs="*", default=None, help="e.g. 04 05 (default: every exercise)")
+    c.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores, at most 8)")
+    c.add_argument("--pattern", default=None, help="file-name regular expression with (?P<student_id>...) "
+                                                  "and (?P<file_id>NN_topic) groups, optionally (?P<timestamp>...)")
+    c.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
+    c.add_argument("--memory-mb", type=int, default=4096, help="memory limit of a student's kernel (default 4096)")
+    c.add_argument("--sandbox", choices=["auto", "bwrap", "limits", "off"], default="auto",
+                   help="auto: bubblewrap if it works here, else resource limits only (with a warning)")
+    c.add_argument("--regrade", action="store_true", help="grade every submission again, changed or not")
+    c.add_argument("--no-feedback", action="store_true")
+    c.add_argument("--no-verdict", action="store_true", help="skip the outside-the-kernel re-check")
+    adv = sub.add_parser("adversarial", help="write the adversarial cohort (hostile and broken submissions "
+                                             "with honest ones) and grade it with the cohort command")
+    adv.add_argument("--course", type=Path, default=None, help="where to write it (default build/adversarial)")
+    adv.add_argument("--workers", type=int, default=None)
     a = ap.parse_args(argv)
 
     if a.cmd == "release":
@@ -52,6 +71,32 @@ def main(argv=None) -> int:
         write_flags_csv(rows, course.root / f"flags_{a.assignment}.csv")
         print(table(rows))
         print(f"\ngrades: {course.root / 'grades.csv'}\nflags:  {course.root / f'flags_{a.assignment}.csv'}")
+        return 0
+    if a.cmd == "cohort":
+        from .cohort import DEFAULT_PATTERN, run_cohort
+        from .course import REPO
+
+        res = run_cohort(a.submissions, a.course or REPO / "build" / "cohort", a.exercises, a.workers,
+                         a.pattern or DEFAULT_PATTERN, a.timeout, a.sandbox, a.regrade, not a.no_feedback,
+                         not a.no_verdict, a.memory_mb)
+        return 0 if res.records or res.unmatched else 2
+    if a.cmd == "adversarial":
+        import shutil
+
+        from . import synth
+        from .cohort import run_cohort
+        from .course import EXERCISES, REPO
+
+        where = (a.course or REPO / "build" / "adversarial").resolve()
+        if where.exists():
+            shutil.rmtree(where)
+        from .sandbox import bwrap_works
+
+        files = synth.adversarial_cohort(where / "submissions", EXERCISES / synth.ADV_ASSIGNMENT /
+                                         f"{synth.ADV_ASSIGNMENT}.ipynb", REPO, sandboxed=bwrap_works())
+        for name, f in sorted(files.items(), key=lambda kv: kv[1]["student"]):
+            print(f"  {f['student']:<9} {f['kind']:<45} {name}")
+        run_cohort(where / "submissions", where / "course", ["04"], a.workers, timeout=20)
         return 0
     return 2
 

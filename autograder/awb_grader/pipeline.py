@@ -30,8 +30,10 @@ class Row:
 
 
 def grade_submissions(course: Course, assignment: str, submissions: dict[str, Path],
-                      feedback: bool = True, progress: bool = True) -> list[Row]:
-    """``submissions``: {student_id: notebook path}. Returns one Row per student."""
+                      feedback: bool = True, progress: bool = True,
+                      timestamps: dict[str, str | None] | None = None) -> list[Row]:
+    """``submissions``: {student_id: notebook path}; ``timestamps``: {student_id: submission
+    time as nbgrader's timestamp.txt holds it} where known. Returns one Row per student."""
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
     if not release_nb.exists():
         course.generate_assignment(assignment)
@@ -39,7 +41,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
     rows = []
     for student, src in tqdm(sorted(submissions.items()), desc=f"grading {assignment}", disable=not progress):
         row = Row(student, assignment)
-        dest = course.submit(student, assignment, src)
+        dest = course.submit(student, assignment, src, timestamp=(timestamps or {}).get(student))
         nb_path = dest / f"{assignment}.ipynb"
         ins: Inspection = inspect_notebook(nb_path, release_nb, course.root / "originals" / student / assignment)
         row.status, row.reasons = ins.status, list(ins.reasons)

@@ -101,6 +101,7 @@ def configure(course_root: Path, mode: str = "auto", limits: Limits | None = Non
         "LimitOutputBytes.max_bytes": limits.output_bytes,
         "Autograde.autograde_preprocessors": _autograde_preprocessors(),
     }
+    os.environ["AWB_SANDBOX_MODE"] = mode
     if mode == "off":
         say("WARNING: sandbox off: student code runs with the grader's permissions and no limits")
         return mode, extra
@@ -189,6 +190,12 @@ def _ancestors(paths: list[Path]) -> list[str]:
 
 def kernel_command(connection_file: str, cwd: str, env: dict | None = None) -> list[str]:
     """The full command line that starts one sandboxed kernel (documented, and tested)."""
+    return sandbox_command([sys.executable, "-m", "ipykernel_launcher", "-f", connection_file], cwd,
+                           rw=[Path(connection_file).parent], env=env)
+
+
+def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict | None = None) -> list[str]:
+    """``program`` run in the sandbox with ``cwd`` (and ``rw``) as the only writable folders."""
     env = dict(os.environ if env is None else env)
     mode = env.get("AWB_SANDBOX_MODE", "bwrap")
     mem = int(env.get("AWB_SANDBOX_MEM_MB", "4096")) * 2**20
@@ -198,23 +205,26 @@ def kernel_command(connection_file: str, cwd: str, env: dict | None = None) -> l
     uid = int(env.get("AWB_SANDBOX_UID", "60000"))
     root = os.geteuid() == 0
 
-    python = sys.executable
     kenv = {k: v for k, v in env.items()
             if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                      "NBGRADER_EXECUTION", "PYTHONHASHSEED", "AWB_SMOKE", "TORCH_NUM_THREADS")
             or (k.startswith("AWB_") and not k.startswith(("AWB_DB", "AWB_SANDBOX", "AWB_COURSE")))}
     kenv.update({"HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl", "IPYTHONDIR": "/tmp/ipython",
                  "PYTHONDONTWRITEBYTECODE": "1"})
-    limits = ["prlimit", f"--as={mem}", f"--nproc={nproc}", f"--cpu={life}", f"--fsize={fsize}", "--core=0"]
+    limits = ["prlimit", f"--as={mem}", f"--cpu={life}", f"--fsize={fsize}", "--core=0"]
+    if mode == "bwrap":
+        # counts every process of the (sandbox) user: only meaningful with a uid of its own
+        limits.insert(2, f"--nproc={nproc}")
     inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
-             python, "-m", "ipykernel_launcher", "-f", connection_file]
+             *program]
     if mode != "bwrap":
         return ["timeout", "-s", "KILL", str(life), *inner]
 
     ro = [Path(sys.prefix), Path(sys.base_prefix), REPO / "attention_workbook",
-          AUTOGRADER / "awb_grader" / "__init__.py", AUTOGRADER / "awb_grader" / "hidden"]
+          AUTOGRADER / "awb_grader" / "__init__.py", AUTOGRADER / "awb_grader" / "hidden",
+          AUTOGRADER / "awb_grader" / "replay.py"]
     ro = [p for p in ro if p.exists() and not str(p).startswith("/usr")]
-    rw = [Path(cwd), Path(connection_file).parent]
+    rw = [Path(cwd), *map(Path, rw)]
     cmd = ["timeout", "-s", "KILL", str(life), "bwrap",
            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", *_system_binds()]
@@ -267,6 +277,12 @@ def launch(argv: list[str]) -> None:
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
     cmd = kernel_command(conn, cwd)
+    if private:
+        # the kernel's own chatter ("NOTE: When using the `ipython kernel` entry point...") goes
+        # to a log in the worker's runtime folder instead of the grader's terminal
+        log = os.open(Path(private) / "kernel.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
     os.execvp(cmd[0], cmd)
 
 

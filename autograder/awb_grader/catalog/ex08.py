@@ -86,7 +86,7 @@ MISTAKES = [
     y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])
     return x, y
 ''',
-        must_fail=("test_get_batch_random",), hint=None),
+        must_fail=("test_get_batch_random",), hint="runs past the end"),
     Mistake(
         id="batch_ignores_generator", cell="get_batch",
         description="starts drawn without the generator: batches are not reproducible",

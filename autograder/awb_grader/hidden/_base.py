@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import torch
 
-from attention_workbook.checks.core import CheckFailed, call, close, max_abs_diff
+from attention_workbook.checks.core import CheckFailed, close, max_abs_diff
+from attention_workbook.checks.core import call as _call
 
 __all__ = ["CheckFailed", "call", "close", "max_abs_diff", "rng", "randint", "own_code", "fail_values"]
+
+
+def call(fn, *args, name: str | None = None, **kwargs):
+    """core.call, with failures labelled as hidden tests (the student sees which kind failed)."""
+    try:
+        return _call(fn, *args, name=name, **kwargs)
+    except CheckFailed as e:
+        if e.title.startswith("hidden test"):
+            raise
+        raise CheckFailed("hidden test: " + e.title, hint=e.hint, reread=e.reread, details=e.details,
+                          student_tb=e.student_tb) from None
 
 
 def rng(seed: int) -> torch.Generator:

@@ -1,0 +1,388 @@
+"""Visible checks for exercise 07_encoder_decoder.
+
+The decoder block is checked against a forward pass built from the student's own sub-modules
+(so an error is located in the wiring, not in exercise 05/06 code); when it differs, the
+checks recompute the common wrong wirings (no causal mask, cross-attention keys from the
+decoder, memory mask on the query axis, pre-LN order, ...) and name the one that matches.
+The seq2seq model is checked by its behaviour; greedy decoding with scripted fake models.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .ex06 import randomize_
+
+LECTURE = "lectures/07_encoder_decoder.ipynb"
+SEC_MASKS = f"lecture 07, section 1 'Three wirings, three masks' ({LECTURE}#wirings)"
+SEC_DEC = f"lecture 07, section 3 'The decoder block and cross-attention' ({LECTURE}#decoder-block)"
+SEC_S2S = f"lecture 07, section 5 'A tiny seq2seq task' ({LECTURE}#seq2seq)"
+SEC_GREEDY = f"lecture 07, section 6 'Greedy decoding' ({LECTURE}#greedy)"
+
+
+# ----------------------------------------------------------------------------------------
+# DecoderBlock
+# ----------------------------------------------------------------------------------------
+def _decoder(cls, D=16, H=4, d_ff=32):
+    block = call(cls, D, H, d_ff, name="DecoderBlock", reread=SEC_DEC)
+    if not isinstance(block, nn.Module):
+        raise CheckFailed("DecoderBlock(...) is not an nn.Module", hint="subclass nn.Module", reread=SEC_DEC)
+    for attr in ("self_attn", "cross_attn", "ff", "ln1", "ln2", "ln3"):
+        if not isinstance(getattr(block, attr, None), nn.Module):
+            raise CheckFailed(f"your DecoderBlock has no sub-module `{attr}`",
+                              hint="use the names of the exercise: self_attn, cross_attn, ff, ln1, ln2, ln3",
+                              reread=SEC_DEC)
+    return block
+
+
+def decoder_by_parts(block, x, memory, self_mask=None, memory_mask=None, *, causal=True, kv_from_x=False,
+                     pre_ln=False, mem_axis="key", self_axis="key", swap_masks=False, cross_residual=True,
+                     use_self_mask=True, use_memory_mask=True):
+    """The decoder block computed from its own sub-modules; the keyword flags give the wrong wirings."""
+    T = x.size(1)
+    sm = torch.ones(T, T, dtype=torch.bool).tril() if causal else None
+    if self_mask is not None and use_self_mask:
+        pad = self_mask[:, None, None, :] if self_axis == "key" else self_mask[:, None, :, None]
+        sm = pad if sm is None else sm & pad
+    mm = None
+    if memory_mask is not None and use_memory_mask:
+        mm = memory_mask[:, None, None, :] if mem_axis == "key" else memory_mask[:, None, :, None]
+    if swap_masks:
+        sm, mm = mm, sm
+    kv = x if kv_from_x else memory
+    if pre_ln:
+        h = block.ln1(x)
+        x = x + block.self_attn(h, mask=sm)
+        x = x + block.cross_attn(block.ln2(x), kv=(block.ln2(x) if kv_from_x else memory), mask=mm)
+        return x + block.ff(block.ln3(x))
+    x = block.ln1(x + block.self_attn(x, mask=sm))
+    c = block.cross_attn(x, kv=(x if kv_from_x else kv), mask=mm)
+    x = block.ln2(x + c if cross_residual else c)
+    return block.ln3(x + block.ff(x))
+
+
+WIRINGS = {
+    "no causal mask in the self-attention (the decoder sees the future)": dict(causal=False),
+    "cross-attention keys and values taken from the decoder (kv=x) instead of the memory": dict(kv_from_x=True),
+    "the pre-LN order (the exercise asks for the paper's post-LN)": dict(pre_ln=True),
+    "no residual connection around the cross-attention": dict(cross_residual=False),
+    "the memory mask on the query axis (memory_mask[:, None, :, None]) instead of the key axis": dict(mem_axis="query"),
+    "the target padding mask on the query axis instead of the key axis": dict(self_axis="query"),
+    "self_mask and memory_mask swapped": dict(swap_masks=True),
+    "the memory mask ignored (padded source tokens are attended to)": dict(use_memory_mask=False),
+    "the target padding mask ignored": dict(use_self_mask=False),
+}
+
+
+def _decoder_hint(name):
+    if name is None:
+        return ("x = ln1(x + self_attn(x, mask=causal & self_mask)); x = ln2(x + cross_attn(x, kv=memory, "
+                "mask=memory_mask)); x = ln3(x + ff(x))")
+    if "causal" in name:
+        return f"your block computes {name}: build torch.ones(T, T, dtype=torch.bool).tril() in forward"
+    return f"your block computes {name}"
+
+
+def _run_decoder(block, x, memory, self_mask=None, memory_mask=None):
+    out = call(block, x, memory, self_mask=self_mask, memory_mask=memory_mask, name="DecoderBlock.forward",
+               reread=SEC_DEC)
+    return expect_tensor(out, "DecoderBlock.forward", reread=SEC_DEC)
+
+
+def _compare_decoder(block, x, memory, self_mask=None, memory_mask=None, what="DecoderBlock(x, memory)"):
+    with torch.no_grad():
+        out = _run_decoder(block, x, memory, self_mask, memory_mask)
+        expect_shape(out, x.shape, what, reread=SEC_DEC, inputs=f"x {tuple(x.shape)}, memory {tuple(memory.shape)}")
+        want = decoder_by_parts(block, x, memory, self_mask, memory_mask)
+        if not close(out, want):
+            cands = {}
+            for name, kw in WIRINGS.items():
+                try:
+                    cands[name] = decoder_by_parts(block, x, memory, self_mask, memory_mask, **kw)
+                except RuntimeError:   # e.g. a swapped mask that cannot broadcast
+                    pass
+            name = first_match(out, cands)
+            expect_close(out, want, what, hint=_decoder_hint(name), reread=SEC_DEC,
+                         inputs=f"x {tuple(x.shape)}, memory {tuple(memory.shape)}, "
+                                f"self_mask {'None' if self_mask is None else tuple(self_mask.shape)}, "
+                                f"memory_mask {'None' if memory_mask is None else tuple(memory_mask.shape)}")
+    return out
+
+
+def decoder_shapes(DecoderBlock) -> None:
+    """(B, T, D) in, (B, T, D) out, with memory (B, S, D), S != T, and T = 1."""
+    block = _decoder(DecoderBlock).eval()
+    for T, S in ((5, 7), (1, 3)):
+        x, memory = torch.randn(2, T, 16), torch.randn(2, S, 16)
+        with torch.no_grad():
+            out = _run_decoder(block, x, memory)
+        expect_shape(out, (2, T, 16), "DecoderBlock(x, memory)", reread=SEC_DEC,
+                     hint="the output has the decoder's length T, whatever the memory's length S",
+                     inputs=f"x (2, {T}, 16), memory (2, {S}, 16)")
+    passed("DecoderBlock: (B, T, D) out for memory of another length S")
+
+
+def decoder_values(DecoderBlock) -> None:
+    """Post-LN: masked self-attention, cross-attention to the memory, feed-forward (no padding)."""
+    torch.manual_seed(0)
+    block = _decoder(DecoderBlock).eval()
+    randomize_(block, 70)
+    x, memory = torch.randn(2, 4, 16), torch.randn(2, 6, 16)
+    _compare_decoder(block, x, memory)
+    passed("DecoderBlock: ln1(x + self_attn, causal) -> ln2(x + cross_attn(memory)) -> ln3(x + ff)")
+
+
+def decoder_causal(DecoderBlock) -> None:
+    """Changing target tokens t.. leaves the outputs before t unchanged; they do depend on the past."""
+    torch.manual_seed(1)
+    block = _decoder(DecoderBlock).eval()
+    randomize_(block, 71)
+    x, memory = torch.randn(2, 6, 16), torch.randn(2, 4, 16)
+    x2 = x.clone()
+    x2[:, 4:] = torch.randn(2, 2, 16)
+    with torch.no_grad():
+        y, y2 = _run_decoder(block, x, memory), _run_decoder(block, x2, memory)
+    if not close(y2[:, :4], y[:, :4]):
+        raise CheckFailed("changing decoder positions 4..5 changed the outputs at positions 0..3",
+                          hint="the self-attention must be causal: combine a (T, T) lower-triangular mask into its mask",
+                          reread=SEC_MASKS)
+    x3 = x.clone()
+    x3[:, 0] += 1.0
+    with torch.no_grad():
+        y3 = _run_decoder(block, x3, memory)
+    if close(y3[:, 1:], y[:, 1:]):
+        raise CheckFailed("later positions do not react to a change of position 0",
+                          hint="the causal mask should hide the future only: True on and below the diagonal",
+                          reread=SEC_MASKS)
+    passed("DecoderBlock: causal, position t sees positions 0..t only")
+
+
+def decoder_masks(DecoderBlock) -> None:
+    """memory_mask (B, S) hides padded source tokens from the cross-attention; self_mask (B, T) hides padded targets."""
+    torch.manual_seed(2)
+    block = _decoder(DecoderBlock).eval()
+    randomize_(block, 72)
+    for T, S in ((5, 5), (4, 6)):   # equal lengths first: a mask on the wrong axis still runs and can be named
+        x, memory = torch.randn(2, T, 16), torch.randn(2, S, 16)
+        keep_s = torch.ones(2, S, dtype=torch.bool)
+        keep_s[1, S - 3:] = False
+        out = _compare_decoder(block, x, memory, memory_mask=keep_s, what=f"DecoderBlock with a memory_mask (T={T}, S={S})")
+        mem2 = memory.clone()
+        mem2[1, S - 3:] = 50.0
+        with torch.no_grad():
+            out2 = _run_decoder(block, x, mem2, memory_mask=keep_s)
+        if not close(out2, out):
+            raise CheckFailed("changing masked (padded) memory positions changed the output",
+                              hint="memory_mask[:, None, None, :] on the cross-attention's key axis", reread=SEC_DEC)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    keep_t = torch.ones(2, 5, dtype=torch.bool)
+    keep_t[0, 3:] = False
+    _compare_decoder(block, x, memory, self_mask=keep_t, what="DecoderBlock with a self_mask (target padding)")
+    passed("DecoderBlock: memory_mask and self_mask hide padded keys")
+
+
+# ----------------------------------------------------------------------------------------
+# Seq2SeqTransformer
+# ----------------------------------------------------------------------------------------
+def _model(cls, src_vocab=11, tgt_vocab=13, pad_id=0, seed=0):
+    torch.manual_seed(seed)
+    model = call(cls, src_vocab, tgt_vocab, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=16, pad_id=pad_id,
+                 name="Seq2SeqTransformer", reread=SEC_S2S)
+    if not isinstance(model, nn.Module):
+        raise CheckFailed("Seq2SeqTransformer(...) is not an nn.Module", reread=SEC_S2S)
+    return model.eval()
+
+
+def _logits(model, src, tgt):
+    with torch.no_grad():
+        out = call(model, src, tgt, name="Seq2SeqTransformer.forward", reread=SEC_S2S)
+    return expect_tensor(out, "Seq2SeqTransformer.forward", reread=SEC_S2S)
+
+
+def _tokens(g, shape, lo, hi):
+    return torch.randint(lo, hi, shape, generator=g)
+
+
+def seq2seq_shapes(Seq2SeqTransformer) -> None:
+    """logits (B, T, tgt_vocab) for S != T, and for S = T = 1."""
+    model = _model(Seq2SeqTransformer)
+    g = torch.Generator().manual_seed(0)
+    for B, S, T in ((3, 7, 5), (1, 1, 1), (2, 16, 16)):
+        out = _logits(model, _tokens(g, (B, S), 1, 11), _tokens(g, (B, T), 1, 13))
+        hint = ("the last axis should be tgt_vocab (13), not src_vocab" if out.shape[-1] == 11 else
+                "one row of tgt_vocab logits per target position")
+        expect_shape(out, (B, T, 13), "Seq2SeqTransformer(src, tgt)", hint=hint, reread=SEC_S2S,
+                     inputs=f"src_vocab=11, tgt_vocab=13, src {(B, S)}, tgt {(B, T)}")
+    passed("Seq2SeqTransformer: logits (B, T, tgt_vocab), up to max_len positions")
+
+
+def seq2seq_causal(Seq2SeqTransformer) -> None:
+    """The logits at position t do not depend on target tokens after t."""
+    model = _model(Seq2SeqTransformer, seed=1)
+    g = torch.Generator().manual_seed(1)
+    src, tgt = _tokens(g, (2, 6), 1, 11), _tokens(g, (2, 7), 1, 13)
+    tgt2 = tgt.clone()
+    tgt2[:, 4:] = (tgt[:, 4:] + 3) % 12 + 1
+    a, b = _logits(model, src, tgt), _logits(model, src, tgt2)
+    if not close(b[:, :4], a[:, :4]):
+        raise CheckFailed("the logits at positions 0..3 change when target tokens 4..6 change",
+                          hint="the model may not look ahead: the decoder's self-attention must be causal "
+                               "(your DecoderBlock) and nothing else may mix target positions", reread=SEC_MASKS)
+    passed("Seq2SeqTransformer: causal in the target")
+
+
+def seq2seq_source(Seq2SeqTransformer) -> None:
+    """The logits depend on the source, and on its order (positions)."""
+    model = _model(Seq2SeqTransformer, seed=2)
+    g = torch.Generator().manual_seed(2)
+    src, tgt = torch.tensor([[3, 5, 7, 9, 2, 4]]), _tokens(g, (1, 4), 1, 13)
+    base = _logits(model, src, tgt)
+    other = src.clone()
+    other[0, 2] = 8
+    if close(_logits(model, other, tgt), base):
+        raise CheckFailed("changing a source token does not change the logits",
+                          hint="the decoder must read the encoder's output: pass it as memory to every DecoderBlock",
+                          reread=SEC_DEC)
+    if close(_logits(model, src.flip(1), tgt), base, atol=1e-5, rtol=1e-4):
+        raise CheckFailed("reversing the source gives the same logits: the model cannot see word order",
+                          hint="add position encodings (sinusoidal_positions or a learned nn.Embedding(max_len, D)) "
+                               "to the source embeddings", reread=SEC_S2S)
+    passed("Seq2SeqTransformer: reads the source, in order")
+
+
+def seq2seq_padding(Seq2SeqTransformer) -> None:
+    """Extra padding at the end of the source changes nothing."""
+    model = _model(Seq2SeqTransformer, seed=3)
+    src = torch.tensor([[4, 9, 2, 7, 5, 0, 0], [3, 3, 8, 0, 0, 0, 0]])
+    tgt = torch.tensor([[1, 6, 2, 9], [1, 4, 4, 0]])
+    a = _logits(model, src, tgt)
+    b = _logits(model, torch.cat([src, torch.zeros(2, 5, dtype=torch.long)], dim=1), tgt)
+    if not close(b, a, atol=1e-5, rtol=1e-4):
+        raise CheckFailed("appending more padding (pad_id) to the source changes the logits",
+                          hint="mask source padding as keys: keep = src != pad_id, in the encoder "
+                               "(mask=keep[:, None, None, :]) and as the decoder's memory_mask", reread=SEC_MASKS)
+    passed("Seq2SeqTransformer: source padding is masked")
+
+
+# ----------------------------------------------------------------------------------------
+# greedy_decode
+# ----------------------------------------------------------------------------------------
+class ScriptedModel(nn.Module):
+    """A stand-in for a trained model: when the decoder input has length t, sequence b's most
+    likely next token is ``scripts[b][t - 1]`` (the last entry repeats). With ``decoy`` set, the
+    logits of every earlier position point at the decoy token (only the last position counts)."""
+
+    def __init__(self, scripts, vocab, bos, decoy=None):
+        super().__init__()
+        self.scripts, self.vocab, self.bos, self.decoy = scripts, vocab, bos, decoy
+        self.calls = 0
+
+    def forward(self, src, tgt):
+        self.calls += 1
+        if tgt.dim() != 2 or tgt.size(0) != len(self.scripts):
+            raise ValueError(f"the decoder input should be (B, t) with B={len(self.scripts)}, got {tuple(tgt.shape)}")
+        if not bool((tgt[:, 0] == self.bos).all()):
+            raise ValueError("the decoder input should start with bos_id")
+        B, t = tgt.shape
+        logits = torch.zeros(B, t, self.vocab)
+        for b, script in enumerate(self.scripts):
+            tok = script[min(t - 1, len(script) - 1)]
+            if self.decoy is None:
+                logits[b, :, tok] = 3.0
+            else:
+                logits[b, :, self.decoy] = 3.0
+                logits[b, -1] = 0.0
+                logits[b, -1, tok] = 3.0
+        return logits
+
+
+def greedy_oracle(scripts, max_len, bos, eos):
+    """One sequence at a time, the definition in words."""
+    rows, n_steps = [], 0
+    for script in scripts:
+        row = [bos]
+        for step in range(max_len):
+            tok = script[min(step, len(script) - 1)]
+            row.append(tok)
+            if tok == eos:
+                break
+        rows.append(row)
+    n_steps = max(len(r) for r in rows) - 1
+    return torch.tensor([r + [eos] * (n_steps + 1 - len(r)) for r in rows])
+
+
+def greedy_wrong_variants(scripts, max_len, bos, eos):
+    def run(first_eos=False, no_stop=False, keep_going=False, steps=max_len, with_bos=True):
+        B = len(scripts)
+        rows = [[bos] for _ in range(B)]
+        done = [False] * B
+        for step in range(steps):
+            for b, s in enumerate(scripts):
+                tok = s[min(step, len(s) - 1)]
+                rows[b].append(eos if done[b] and not keep_going else tok)
+                done[b] = done[b] or tok == eos
+            if not no_stop and (any(done) if first_eos else all(done)):
+                break
+        out = torch.tensor(rows)
+        return out if with_bos else out[:, 1:]
+
+    return {
+        "a decoder that never stops at eos (always max_len steps)": run(no_stop=True),
+        "a decoder that stops as soon as the first sequence finishes (not every sequence)": run(first_eos=True),
+        "finished sequences keep receiving the model's tokens after their first eos": run(keep_going=True),
+        "the output without the bos token in front": run(with_bos=False),
+        "one step fewer than max_len": run(steps=max_len - 1),
+        "one step more than max_len": run(steps=max_len + 1),
+    }
+
+
+def _greedy(fn, model, B, max_len, bos, eos):
+    src = torch.zeros(B, 3, dtype=torch.long)
+    out = call(fn, model, src, max_len, bos, eos, name="greedy_decode", reread=SEC_GREEDY)
+    return expect_tensor(out, "greedy_decode", reread=SEC_GREEDY)
+
+
+def _compare_greedy(fn, scripts, max_len, bos=1, eos=2, vocab=10, decoy=None, what="greedy_decode"):
+    model = ScriptedModel(scripts, vocab, bos, decoy)
+    out = _greedy(fn, model, len(scripts), max_len, bos, eos)
+    want = greedy_oracle(scripts, max_len, bos, eos)
+    if tuple(out.shape) != tuple(want.shape) or not torch.equal(out.long(), want):
+        cands = {k: v.float() for k, v in greedy_wrong_variants(scripts, max_len, bos, eos).items()}
+        if decoy is not None:
+            first = [[sc[0]] + [decoy] * max_len for sc in scripts]   # position 0 is the last one only at step 1
+            cands["tokens read from the first position's logits instead of the last"] = \
+                greedy_oracle(first, max_len, bos, eos).float()
+        name = first_match(out.float(), cands)
+        hint = f"your output looks like {name}" if name else None
+        if name and "first position" in name:
+            hint = "take the logits of the last position, logits[:, -1]: it predicts the next token"
+        elif name and "max_len" in name:
+            hint = f"your output looks like {name}: run at most max_len steps (range(max_len))"
+        raise CheckFailed(f"{what}: wrong tokens", hint=hint, reread=SEC_GREEDY,
+                          details=[f"scripted model, bos={bos}, eos={eos}, max_len={max_len}",
+                                   f"expected {want.tolist()}", f"got      {out.tolist()}"])
+    if out.dtype != torch.long:
+        raise CheckFailed(f"greedy_decode returns dtype {out.dtype}", hint="token ids are torch.long", reread=SEC_GREEDY)
+
+
+def greedy_single(greedy_decode) -> None:
+    """One sequence: starts with bos, stops right after eos."""
+    _compare_greedy(greedy_decode, [[5, 6, 2, 7, 7]], max_len=10, what="greedy_decode of one sequence")
+    passed("greedy_decode: [bos, tokens..., eos] and stops at eos")
+
+
+def greedy_batch(greedy_decode) -> None:
+    """A batch: sequences finish at different steps (padded with eos), or are cut at max_len."""
+    _compare_greedy(greedy_decode, [[4, 2], [5, 6, 7, 2], [8, 9, 3, 9, 3, 9, 3, 9]], max_len=6,
+                    what="greedy_decode of a batch (one sequence never emits eos)")
+    _compare_greedy(greedy_decode, [[2, 5], [6, 6, 2, 4]], max_len=8, what="greedy_decode of a batch that all finishes")
+    passed("greedy_decode: waits for every sequence, pads finished ones with eos, at most max_len steps")
+
+
+def greedy_last_position(greedy_decode) -> None:
+    """Only the last position's logits predict the next token."""
+    _compare_greedy(greedy_decode, [[5, 6, 2], [7, 2]], max_len=5, decoy=9,
+                    what="greedy_decode with a model whose earlier positions predict another token")
+    passed("greedy_decode: reads the next token from the last position")

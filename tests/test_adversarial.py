@@ -1,0 +1,147 @@
+"""The adversarial cohort: hostile and broken submissions graded in one batch with honest ones.
+
+Each kind is flagged with a clear reason, the honest students' grades do not move, nothing is
+lost, the gradebook stays consistent and a re-run is idempotent. Kinds (``synth.adversarial_cohort``):
+infinite loop, memory hog, fork attempt, syntax error, corrupt JSON, empty notebook, wrong file
+names (no exercise / a copy suffix), stripped nbgrader metadata, deleted test cells, edited
+locked cells, patched checking machinery, reading solutions/, writing the gradebook, writing
+into the repository, network access, 50 MB of output.
+"""
+
+import csv
+
+import pytest
+
+from awb_grader import catalog, cohort, sandbox, synth, verdict
+from awb_grader.course import EXERCISES, REPO
+from awb_grader.course import assignments as course_assignments
+
+A = synth.ADV_ASSIGNMENT
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cohort")]
+BWRAP = sandbox.bwrap_works()
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("adversarial")
+    files = synth.adversarial_cohort(tmp / "in", EXERCISES / A / f"{A}.ipynb", REPO, sandboxed=BWRAP)
+    res = cohort.run_cohort(tmp / "in", tmp / "course", ["04"], workers=2, timeout=20, feedback=False,
+                            progress=False, say=lambda *a: None)
+    return files, res, {r.student: r for r in res.records}
+
+
+def _lost(res, mistake_id):
+    """Points a catalogued mistake must cost: the max of every cell in its must_fail."""
+    from nbgrader.api import Gradebook
+
+    m = next(x for x in catalog.mistakes(A) if x.id == mistake_id)
+    with Gradebook(f"sqlite:///{res.root / 'gradebook.db'}") as gb:
+        cells = {g.name: g.max_score for g in gb.find_notebook(A, A).grade_cells}
+    return sum(cells[c] for c in m.must_fail), set(m.must_fail)
+
+
+def test_every_kind_is_present(batch):
+    files, _, _ = batch
+    assert len({f["kind"] for f in files.values()}) >= (19 if BWRAP else 14)
+
+
+def test_nothing_is_lost(batch):
+    files, res, recs = batch
+    for name, f in files.items():
+        if f["expect"] == "unmatched":
+            assert any(u.endswith(name) for u in res.unmatched), name
+        else:
+            assert f["student"] in recs, f"{name} has no grade record"
+    with open(res.root / "flags.csv") as fh:
+        flagged = {r["student"] for r in csv.DictReader(fh)}
+    assert {f["student"] for f in files.values() if f["expect"] != "unmatched"} <= flagged
+    assert (res.root / "originals" / "hana" / A).exists()
+
+
+def test_honest_grades_are_unaffected(batch):
+    _, res, recs = batch
+    full = recs["ada"].max_score
+    for s in ("ada", "ben", "nina", "hana"):
+        assert recs[s].score == full, (s, recs[s].reasons)
+    lost, cells = _lost(res, "sdpa_no_scaling")
+    assert recs["dev"].score == full - lost and set(recs["dev"].failed_cells) == cells
+    assert recs["ada"].status == "ok" and recs["dev"].status == "ok"
+
+
+@pytest.mark.parametrize("student,status,reason", [
+    ("loop", "flagged", "time limit"),
+    ("hog", "flagged", "memory"),
+    ("farid", "ok", "SyntaxError"),
+    ("jules", "ungradable", "invalid JSON"),
+    ("emptyed", "ungradable", "empty notebook"),
+    ("nina", "repaired", "graded as 04_queries_keys_values.ipynb"),
+    ("hana", "repaired", "metadata was missing"),
+    ("ivan", "repaired", "deleted"),
+    ("edwin", "flagged", "edited test cell"),
+    ("patch", "flagged", "re-checked outside"),
+    ("shout", "flagged", "output truncated"),
+    pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
+    pytest.param("writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
+    pytest.param("writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
+])
+def test_each_kind_is_flagged_with_a_clear_reason(batch, student, status, reason):
+    _, _, recs = batch
+    r = recs[student]
+    assert r.status == status and reason in " ".join(r.reasons), (r.status, r.reasons)
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap missing: reading solutions/ and fork limits are not enforced")
+def test_sandbox_blocks_reading_solutions_and_fork_bombs(batch):
+    _, res, recs = batch
+    assert "outside its folder" in " ".join(recs["reader"].reasons)
+    assert {"test_softmax_values", "test_softmax_dim"} <= set(recs["reader"].failed_cells)
+    assert "too many processes" in " ".join(recs["forker"].reasons)
+    assert recs["forker"].score >= recs["ada"].score - 1      # only causal_mask's test is lost
+
+
+def test_patched_machinery_earns_nothing(batch):
+    _, res, recs = batch
+    lost, cells = _lost(res, "softmax_wrong_axis")
+    assert cells <= set(recs["patch"].failed_cells)
+    assert recs["patch"].score <= recs["ada"].score - lost
+    # and nbgrader's own export agrees (the withheld points are in the gradebook)
+    with open(res.root / "grades.csv") as fh:
+        exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader(fh)}
+    assert exported["patch"] == recs["patch"].score
+
+
+def test_gradebook_is_consistent_and_untouched(batch):
+    from nbgrader.api import Gradebook
+
+    _, res, recs = batch
+    with Gradebook(f"sqlite:///{res.root / 'gradebook.db'}") as gb:
+        subs = {s.student.id: s for s in gb.assignment_submissions(A)}
+        assert set(subs) == {s for s, r in recs.items() if r.status != "ungradable"}
+        for s, sub in subs.items():
+            assert sub.score == recs[s].score, s
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    assert g.score <= g.max_score, (s, g.name, g.score)   # nobody's grade was rewritten
+    assert not (REPO / "exercises" / "PWNED.txt").exists()
+    autograded = res.root / "autograded" / "shout" / A / f"{A}.ipynb"
+    assert autograded.stat().st_size < 1_000_000
+
+
+def test_rerun_is_idempotent(batch):
+    _, res, _ = batch
+    before = {p: (res.root / p).read_text() for p in ("grades.csv", "flags.csv")}
+    again = cohort.run_cohort(res.root.parent / "in", res.root, ["04"], workers=2, timeout=20, feedback=False,
+                              progress=False, say=lambda *a: None)
+    assert again.graded_now == []
+    assert {p: (res.root / p).read_text() for p in before} == before
+
+
+@pytest.mark.parametrize("assignment", course_assignments())
+def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, monkeypatch):
+    """The re-check outside the kernel must never take points from correct work: every
+    exercise's reference solution passes each re-checked hidden test (or the test is one the
+    re-check cannot replay, e.g. it needs an nn.Module, and keeps nbgrader's verdict)."""
+    monkeypatch.setenv("AWB_SANDBOX_MODE", sandbox.resolve_mode("auto"))
+    got = verdict.check_solution(assignment, tmp_path / "work", timeout=60)
+    assert got, "no hidden blocks found"
+    assert {c: v for c, v in got.items() if v.startswith("fail")} == {}

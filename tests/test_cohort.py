@@ -1,0 +1,131 @@
+"""The cohort command: collection by nbgrader's zip_collect with our file-name collector, the
+misconception insight, the static tamper scan, the sandbox command line, and (slow) an
+idempotent re-run plus late submissions graded without regrading the rest."""
+
+import csv
+import re
+import zipfile
+
+import nbformat
+import pytest
+
+from awb_grader import catalog, cohort, sandbox, verdict
+from awb_grader.cohort import DEFAULT_PATTERN, Record
+from awb_grader.course import EXERCISES, REPO, Course
+from awb_grader.variants import student_notebook
+
+A = "04_queries_keys_values"
+RELEASE = EXERCISES / A / f"{A}.ipynb"
+
+
+@pytest.mark.parametrize("name,student,file_id", [
+    ("ada_04_queries_keys_values.ipynb", "ada", "04_queries_keys_values"),
+    ("ada_late_12345_67890_04_queries_keys_values-1.ipynb", "ada", "04_queries_keys_values"),
+    ("downloads/ada/04_queries_keys_values.ipynb", "ada", "04_queries_keys_values"),
+    ("x/extracted/ada_04_queries_keys_values (1).ipynb", "ada", "04_queries_keys_values"),
+    ("ben.smith_05_multi_head_attention.ipynb", "ben.smith", "05_multi_head_attention"),
+])
+def test_default_pattern_reads_lms_names(name, student, file_id):
+    m = re.match(DEFAULT_PATTERN, "/tmp/course/downloaded/04_queries_keys_values/extracted/" + name)
+    assert m and m["student_id"] == student and m["file_id"] == file_id
+
+
+def test_default_pattern_rejects_names_without_an_exercise():
+    assert not re.match(DEFAULT_PATTERN, "/tmp/extracted/ada_homework.ipynb")
+    assert not re.match(DEFAULT_PATTERN, "/tmp/extracted/notes.txt")
+
+
+def test_zip_collect_sorts_a_multi_exercise_zip(tmp_path):
+    """nbgrader's ZipCollectApp with our collector: each exercise gets its own files, renamed
+    files are normalised and noted, a file that names no exercise is reported."""
+    z = tmp_path / "lms.zip"
+    text = nbformat.writes(student_notebook(RELEASE, A))
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr(f"ada_{A}.ipynb", text)
+        zf.writestr(f"ben_late_1_{A} (2).ipynb", text)
+        zf.writestr(f"ben_late_1_{A} (1).ipynb", "an older copy")      # LMS duplicates: the latest wins
+        zf.writestr("ben_05_multi_head_attention.ipynb", "{}")
+        zf.writestr("carl_homework.ipynb", text)
+    course = Course(tmp_path / "course", release_dir=EXERCISES)   # read-only use of the committed release
+    got = cohort.collect(z, tmp_path / "course" / "inbox", course, [A, "05_multi_head_attention"])
+    assert set(got.subs[A]) == {"ada", "ben"}
+    assert set(got.subs["05_multi_head_attention"]) == {"ben"}
+    assert f"ben_late_1_{A} (2).ipynb" in got.renamed[("ben", A)] and "2 files" in got.renamed[("ben", A)]
+    assert set(got.renamed) == {("ben", A)}
+    assert got.subs[A]["ben"][0].read_text() == text
+    assert [u.split("/")[-1] for u in got.unmatched] == ["carl_homework.ipynb"]
+    path, ts = got.subs[A]["ada"]
+    assert path.name == f"{A}.ipynb" and path.read_text() == text
+
+
+def test_misconceptions_name_the_catalogued_mistake():
+    m = next(x for x in catalog.mistakes(A) if x.id == "softmax_wrong_axis")
+    recs = [Record(A, f"s{i}", "x", 25, 30, "ok", [], list(m.must_fail),
+                   {c: f"CheckFailed: ... {m.hint} ..." for c in m.must_fail}) for i in range(3)]
+    recs.append(Record(A, "ok", "x", 30, 30, "ok"))
+    top = cohort.misconceptions(recs, A)
+    assert top[0]["cell"] in m.must_fail and top[0]["n"] == 3
+    assert top[0]["mistakes"][0] == (m.description, 3)
+
+
+def test_suspicious_code_spots_patched_machinery_only():
+    assert verdict.suspicious_code("import torch\ntorch.allclose = lambda *a, **k: True")
+    assert verdict.suspicious_code("import numpy as np\nsetattr(np, 'allclose', f)")
+    assert verdict.suspicious_code("get_ipython().showtraceback = None\n")
+    assert verdict.suspicious_code("import sys\nsys.modules['torch'] = None")
+    honest = "def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
+    assert verdict.suspicious_code(honest) == []
+
+
+def test_sandbox_command_isolates_the_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap")
+    monkeypatch.setenv("AWB_DB_URL", "postgresql+psycopg2://secret@localhost/db")
+    cwd = tmp_path / "autograded" / "ada" / A
+    cwd.mkdir(parents=True)
+    cmd = sandbox.kernel_command(str(tmp_path / "rt" / "sock" / "k.json"), str(cwd))
+    joined = " ".join(cmd)
+    assert cmd[:4] == ["timeout", "-s", "KILL", cmd[3]] and "bwrap" in cmd
+    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session", "--as=", "--nproc="):
+        assert flag in joined
+    binds = [cmd[i + 1] for i, x in enumerate(cmd) if x in ("--bind", "--ro-bind")]
+    writable = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--bind"]
+    assert writable == [str(cwd), str(tmp_path / "rt" / "sock")]
+    assert not any(b.startswith(str(REPO / "solutions")) for b in binds)
+    assert str(REPO) not in binds and str(tmp_path) not in binds
+    assert "secret" not in joined                   # the gradebook URL never reaches student code
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("cohort")
+def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path):
+    mk = {m.id: m for m in catalog.mistakes(A)}
+    m = mk["sdpa_no_scaling"]
+    first = tmp_path / "first.zip"
+    with zipfile.ZipFile(first, "w") as zf:
+        zf.writestr(f"ada_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
+        zf.writestr(f"dev_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A, {m.cell: m.source})))
+    root = tmp_path / "course"
+    quiet = dict(workers=2, timeout=30, progress=False, say=lambda *a: None, exercises=["04"])
+    r1 = cohort.run_cohort(first, root, **quiet)
+    assert sorted(r1.graded_now) == [(A, "ada"), (A, "dev")]
+    scores = {r.student: r.score for r in r1.records}
+    assert scores["ada"] == r1.records[0].max_score > scores["dev"]
+    assert (root / "summary" / "scores.png").stat().st_size > 1000
+    assert "sqrt(d)" in r1.summary                     # the insight names dev's misconception
+    csv1 = (root / "grades.csv").read_text()
+
+    r2 = cohort.run_cohort(first, root, **quiet)       # same zip again: nothing to do
+    assert r2.graded_now == [] and r2.skipped == 2
+    assert (root / "grades.csv").read_text() == csv1
+
+    late = tmp_path / "late.zip"                        # a late student and a corrected resubmission
+    with zipfile.ZipFile(late, "w") as zf:
+        zf.writestr(f"zoe_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
+        zf.writestr(f"dev_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
+    stamp = (root / "autograded" / "ada" / A / f"{A}.ipynb").stat().st_mtime
+    r3 = cohort.run_cohort(late, root, **quiet)
+    assert sorted(r3.graded_now) == [(A, "dev"), (A, "zoe")]
+    assert (root / "autograded" / "ada" / A / f"{A}.ipynb").stat().st_mtime == stamp   # ada not regraded
+    with open(root / "grades.csv") as fh:
+        rows = {r["student_id"]: float(r["score"]) for r in csv.DictReader(fh)}
+    assert rows == {"ada": scores["ada"], "dev": scores["ada"], "zoe": scores["ada"]}
