@@ -64,12 +64,13 @@ class MultiHeadAttention(nn.Module):
             q = F.linear(x, Wq, bq)                              # (B, T, D)
             k, v = F.linear(kv, Wkv, bkv).split(D, dim=-1)       # 2 x (B, S, D)
         q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)  # (B, H, T|S, Dh)
-        if is_causal:
+        sdpa_causal = self.fast and is_causal and mask is None and q.size(-2) == k.size(-2)
+        if is_causal and not sdpa_causal:
             T, S = q.size(-2), k.size(-2)
             causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril()
             mask = causal if mask is None else mask & causal
-        if self.fast:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+        if self.fast:  # is_causal without an explicit mask lets SDPA pick its flash kernel on GPUs
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=sdpa_causal,
                                                dropout_p=self.dropout if self.training else 0.0)
             self.last_weights = None
         else:

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cohort")]
 BWRAP = sandbox.bwrap_works()
 
 
-@pytest.fixture(scope="module")
+# session scope: xdist may interleave other modules on this worker; grade the batch once
+@pytest.fixture(scope="session")
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("adversarial")
     files = synth.adversarial_cohort(tmp / "in", EXERCISES / A / f"{A}.ipynb", REPO, sandboxed=BWRAP)

@@ -58,6 +58,23 @@ def test_zip_collect_sorts_a_multi_exercise_zip(tmp_path):
     assert path.name == f"{A}.ipynb" and path.read_text() == text
 
 
+def test_cells_from_an_older_release_are_unmarked_not_fatal(tmp_path):
+    """A notebook downloaded before the exercise changed carries cell ids the release no longer
+    has; nbgrader would crash on it (KeyError 'grade_id'): the check unmarks them instead."""
+    from awb_grader.submissions import REPAIRED, inspect_notebook
+
+    nb = student_notebook(RELEASE, A)
+    ro = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("ro-"))
+    ro.metadata.nbgrader["grade_id"] = "ro-00000000"
+    p = tmp_path / "old.ipynb"
+    nbformat.write(nb, p)
+    ins = inspect_notebook(p, RELEASE, tmp_path / "originals")
+    assert ins.status == REPAIRED and "ro-00000000" in ins.reasons[0]
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(p, as_version=4).cells]
+    assert "ro-00000000" not in ids and all("nbgrader" not in c.metadata or c.metadata.nbgrader.get("grade_id")
+                                            for c in nbformat.read(p, as_version=4).cells)
+
+
 def test_misconceptions_name_the_catalogued_mistake():
     m = next(x for x in catalog.mistakes(A) if x.id == "softmax_wrong_axis")
     recs = [Record(A, f"s{i}", "x", 25, 30, "ok", [], list(m.must_fail),

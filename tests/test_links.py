@@ -51,5 +51,5 @@ def test_reread_links_point_at_existing_lecture_sections():
             seen += 1
             if anchor not in anchors.get(lecture, set()):
                 broken.append(f"{f.relative_to(REPO)} -> {lecture}#{anchor}")
-    assert seen > 50
+    assert seen > 20, "the citation pattern found almost nothing: is the regex still right?"
     assert not broken, "\n".join(sorted(set(broken)))

@@ -403,7 +403,8 @@ def summarize(res: CohortResult) -> str:
     recs = res.records
     from .sandbox import WARNING
 
-    lines = [WARNING, ""] if res.sandbox != "bwrap" else []
+    lines = {"bwrap": [], "limits": [WARNING, ""]}.get(
+        res.sandbox, ["WARNING: sandbox off (--sandbox off): student code ran with the grader's permissions", ""])
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "
              f"graded now {len(res.graded_now)}, kept {res.skipped}; {res.seconds:.0f} s; sandbox {res.sandbox}", ""]
     lines.append("score distribution per exercise (points):")

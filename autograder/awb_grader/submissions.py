@@ -94,8 +94,24 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
         elif gid:
             seen.add(gid)
 
-    # locked cells edited by the student: nbgrader restores them from the release when grading
+    # cells whose id the release does not have (a notebook downloaded from an older version of
+    # the exercise): nbgrader would strip the id but keep the rest of the metadata and then
+    # crash (KeyError 'grade_id' in OverwriteCells); unmark them so they can be matched below
     rel_by_id = {_meta(c)["grade_id"]: c for c in rel_cells}
+    foreign = []
+    for cell in nb.cells:
+        gid = _meta(cell).get("grade_id")
+        if "nbgrader" in cell.get("metadata", {}) and gid not in rel_by_id:
+            del cell.metadata["nbgrader"]
+            changed = True
+            if gid:
+                foreign.append(gid)
+    if foreign:
+        ins.note(REPAIRED, f"{len(foreign)} cell id(s) not in the release ({', '.join(foreign[:3])}"
+                           f"{', ...' if len(foreign) > 3 else ''}): downloaded from an older version of the exercise? "
+                           f"unmarked, the release's cells are used")
+
+    # locked cells edited by the student: nbgrader restores them from the release when grading
     edited_tests, edited_other = [], []
     for cell in nb.cells:
         gid = _meta(cell).get("grade_id")
