@@ -70,6 +70,9 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     if shard.exists():
         shutil.rmtree(shard)
     shard.mkdir(parents=True)
+    # never depend on the caller's working directory: it may have been removed (nbgrader calls
+    # os.getcwd() and kernels inherit the cwd), so each worker lives in its own shard
+    os.chdir(shard)
     shutil.copyfile(Path(spec.root) / "gradebook.db", shard / "gradebook.db")
     from . import sandbox
 
@@ -89,6 +92,7 @@ def _grade_one(task: Task) -> Result:
 
     t0 = time.perf_counter()
     course: Course = _W["course"]
+    os.chdir(course.root)  # a previous task's folder may be gone; see _init_worker
     spec: CourseSpec = _W["spec"]
     row = grade_submissions(course, task.assignment, {task.student: Path(task.path)}, feedback=False,
                             progress=False, timestamps={task.student: task.timestamp})[0]

@@ -51,10 +51,13 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
             _forget_old_grade(course, assignment, student)
             rows.append(row)
             continue
-        try:
-            res = course.autograde(assignment, student)
-        except Exception as e:  # noqa: BLE001 - recorded as the student's flag, batch goes on
-            res = {"success": False, "error": f"{type(e).__name__}: {e}", "log": ""}
+        for attempt in range(2):  # one retry: a kernel that failed to start must not zero a student
+            try:
+                res = course.autograde(assignment, student)
+            except Exception as e:  # noqa: BLE001 - recorded as the student's flag, batch goes on
+                res = {"success": False, "error": f"{type(e).__name__}: {e}", "log": ""}
+            if res["success"]:
+                break
         if not res["success"]:
             row.status = "flagged"
             row.reasons.append("nbgrader could not grade it: " + _first_line(res.get("error") or res.get("log")))

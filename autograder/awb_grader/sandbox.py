@@ -260,7 +260,10 @@ def _chown_tree(path: Path, uid: int) -> None:
 def launch(argv: list[str]) -> None:
     """Kernel spec entry point: ``python -m awb_grader.sandbox -f CONNECTION_FILE``."""
     conn = argv[argv.index("-f") + 1]
-    cwd = os.getcwd()
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:  # started from a folder that no longer exists: say so, clearly
+        sys.exit("awb sandbox: the kernel's working directory no longer exists")
     private = os.environ.get("AWB_PRIVATE_RUNTIME")
     if private:
         # the sandbox sees only this folder: the kernel's own sockets and connection file
