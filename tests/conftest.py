@@ -14,3 +14,17 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Two pytest workers on two cores each start notebook kernels: one torch thread per process
 # avoids oversubscription (small tensors gain nothing from more). Kernels inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_state():
+    """Grading code edits os.environ and the cwd of the process that runs it (sandbox setup,
+    kernel paths): undo that after every test so tests in one worker don't see each other's."""
+    env, cwd = dict(os.environ), os.getcwd()
+    yield
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)

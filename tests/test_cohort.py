@@ -112,6 +112,23 @@ def test_sandbox_command_isolates_the_kernel(tmp_path, monkeypatch):
     assert "secret" not in joined                   # the gradebook URL never reaches student code
 
 
+def _quiet(*args):
+    pass
+
+
+def _cohort_in_fresh_process(source, root, **kw):
+    """Run a cohort in a new process, as the `cohort` command does. The sandbox setup edits the
+    grading process's environment (JUPYTER_PATH, runtime folder, sandbox settings); in a pytest
+    worker that already ran other cohorts those edits pile up, and a run inherited a working
+    directory that no longer existed (seen twice in the full suite, never alone)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    # not multiprocessing.Pool: its daemonic workers may not start the cohort's own workers
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(cohort.run_cohort, source, root, **kw).result()
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("cohort")
 def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path):
@@ -122,8 +139,8 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path):
         zf.writestr(f"ada_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
         zf.writestr(f"dev_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A, {m.cell: m.source})))
     root = tmp_path / "course"
-    quiet = dict(workers=2, timeout=30, progress=False, say=lambda *a: None, exercises=["04"])
-    r1 = cohort.run_cohort(first, root, **quiet)
+    quiet = dict(workers=2, timeout=30, progress=False, say=_quiet, exercises=["04"])
+    r1 = _cohort_in_fresh_process(first, root, **quiet)
     assert sorted(r1.graded_now) == [(A, "ada"), (A, "dev")]
     scores = {r.student: r.score for r in r1.records}
     assert scores["ada"] == r1.records[0].max_score > scores["dev"]
@@ -131,7 +148,7 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path):
     assert "sqrt(d)" in r1.summary                     # the insight names dev's misconception
     csv1 = (root / "grades.csv").read_text()
 
-    r2 = cohort.run_cohort(first, root, **quiet)       # same zip again: nothing to do
+    r2 = _cohort_in_fresh_process(first, root, **quiet)  # same zip again: nothing to do
     assert r2.graded_now == [] and r2.skipped == 2
     assert (root / "grades.csv").read_text() == csv1
 
@@ -140,7 +157,7 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path):
         zf.writestr(f"zoe_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
         zf.writestr(f"dev_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
     stamp = (root / "autograded" / "ada" / A / f"{A}.ipynb").stat().st_mtime
-    r3 = cohort.run_cohort(late, root, **quiet)
+    r3 = _cohort_in_fresh_process(late, root, **quiet)
     assert sorted(r3.graded_now) == [(A, "dev"), (A, "zoe")]
     assert (root / "autograded" / "ada" / A / f"{A}.ipynb").stat().st_mtime == stamp   # ada not regraded
     with open(root / "grades.csv") as fh:
