@@ -15,20 +15,13 @@ from awb_grader.catalog import ex00 as catalog
 from awb_grader.course import SOLUTIONS
 
 ASSIGNMENT = "00_tensor_shapes"
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
+from awb_grader.variants import notebook_cells  # noqa: E402
+
 FUNCTIONS = {"pairwise_dots", "split_last", "batched_outer", "einsum_matmul", "merge_heads", "center_tokens"}
 
 
 def _cells():
-    nb = nbformat.read(SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    solutions, tests = {}, {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            solutions[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-        elif meta.get("grade"):
-            tests[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-    return solutions, tests
+    return notebook_cells(ASSIGNMENT)[:2]
 
 
 SOLUTION_CELLS, TEST_CELLS = _cells()

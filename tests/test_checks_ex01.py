@@ -15,20 +15,13 @@ from awb_grader.catalog import ex01 as catalog
 from awb_grader.course import SOLUTIONS
 
 ASSIGNMENT = "01_rnn_limitations"
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
+from awb_grader.variants import notebook_cells  # noqa: E402
+
 FUNCTIONS = {"rnn_forward", "gradient_vs_distance"}
 
 
 def _cells():
-    nb = nbformat.read(SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    solutions, tests = {}, {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            solutions[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-        elif meta.get("grade"):
-            tests[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-    return solutions, tests
+    return notebook_cells(ASSIGNMENT)[:2]
 
 
 SOLUTION_CELLS, TEST_CELLS = _cells()

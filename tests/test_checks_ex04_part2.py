@@ -21,19 +21,12 @@ from awb_grader.hidden import ex04 as hidden
 
 ASSIGNMENT = "04_queries_keys_values"
 PART2 = {"bilinear_scores", "additive_scores", "einsum_attention", "SelfAttentionHead"}
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
+from awb_grader.variants import notebook_cells  # noqa: E402
+
 
 
 def _cells():
-    nb = nbformat.read(SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    solutions, tests = {}, {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            solutions[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-        elif meta.get("grade"):
-            tests[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-    return solutions, tests
+    return notebook_cells(ASSIGNMENT)[:2]
 
 
 SOLUTION_CELLS, TEST_CELLS = _cells()

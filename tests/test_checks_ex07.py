@@ -22,20 +22,12 @@ from awb_grader.course import SOLUTIONS
 from awb_grader.hidden import ex07 as hidden
 
 ASSIGNMENT = "07_encoder_decoder"
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
+from awb_grader.variants import notebook_cells  # noqa: E402
+
 
 
 def _cells():
-    nb = nbformat.read(SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    solutions, tests, points = {}, {}, {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            solutions[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-        elif meta.get("grade"):
-            tests[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-            points[meta["grade_id"]] = meta["points"]
-    return solutions, tests, points
+    return notebook_cells(ASSIGNMENT)
 
 
 SOLUTION_CELLS, TEST_CELLS, POINTS = _cells()

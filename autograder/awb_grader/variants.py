@@ -32,6 +32,24 @@ def solution_cells(assignment: str) -> dict[str, str]:
     return out
 
 
+_ALL_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
+
+
+def notebook_cells(assignment: str) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
+    """The solution notebook's answer cells, test cells (visible + hidden code, markers removed)
+    and test points, each keyed by grade_id: what the in-process check tests execute."""
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    solutions, tests, points = {}, {}, {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            solutions[meta["grade_id"]] = _ALL_MARKERS.sub("", cell.source)
+        elif meta.get("grade"):
+            tests[meta["grade_id"]] = _ALL_MARKERS.sub("", cell.source)
+            points[meta["grade_id"]] = meta["points"]
+    return solutions, tests, points
+
+
 def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str] | None = None,
                      unanswered: tuple[str, ...] = ()) -> nbformat.NotebookNode:
     """The released notebook with every solution cell filled in: ``overrides`` for some
