@@ -74,6 +74,7 @@ def _student_frames(tb) -> list[str]:
 def call(fn: Callable, *args, name: str | None = None, reread: str | None = None, **kwargs) -> Any:
     """Call student code; turn any exception into a short CheckFailed that names it."""
     name = name or getattr(fn, "__name__", "your function")
+    _own_work(fn, name)
     try:
         return fn(*args, **kwargs)
     except CheckFailed:
@@ -89,6 +90,14 @@ def call(fn: Callable, *args, name: str | None = None, reread: str | None = None
         tb = _student_frames(sys.exc_info()[2])
         raise CheckFailed(f"{name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                           hint=_hint_for_exception(e), reread=reread, student_tb=tb) from None
+
+
+def _own_work(fn: Callable, name: str) -> None:
+    """A graded item that delegates to the workbook's reference implementation fails at once
+    (see ``own.py``; the grader decides the same outside the student's process)."""
+    from . import own
+
+    own.check(fn, name)
 
 
 def _hint_for_exception(e: Exception) -> str | None:
