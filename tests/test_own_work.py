@@ -176,3 +176,45 @@ def test_visible_check_says_so_at_once():
     exec(FORMS["subclass"][1], ns)
     with pytest.raises(CheckFailed, match="workbook's reference `attention_workbook.mha.MultiHeadAttention`; write your own"):
         checks.mha_init(ns["MultiHeadAttention"])
+
+
+def test_hidden_block_check_loads_weights_into_the_blocks_own_submodules():
+    """Weights go INTO the block's sub-modules (any holder of them sees them): private names
+    inside the feed-forward and residual wrappers around the named attributes both work."""
+    import torch.nn.functional as F
+
+    from attention_workbook.mha import MultiHeadAttention
+    from awb_grader.hidden import ex06 as hidden
+
+    src = '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self._up, self._down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self._down(F.relu(self._up(x)))
+
+
+class Sub(nn.Module):
+    def __init__(self, norm, fn):
+        super().__init__()
+        self.norm, self.fn = norm, fn
+
+    def forward(self, x, **kw):
+        return x + self.fn(self.norm(x), **kw)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, pre_ln=True):
+        super().__init__()
+        self.attn, self.ff = MultiHeadAttention(d_model, n_heads), FeedForward(d_model, d_ff)
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.steps = nn.ModuleList([Sub(self.ln1, self.attn), Sub(self.ln2, self.ff)])
+
+    def forward(self, x, mask=None):
+        return self.steps[1](self.steps[0](x, mask=mask))
+'''
+    ns = {"__name__": "__main__", "nn": nn, "F": F, "torch": torch, "MultiHeadAttention": MultiHeadAttention}
+    exec(compile(src, "<cell>", "exec"), ns)
+    hidden.block_pre_ln(ns["TransformerBlock"])

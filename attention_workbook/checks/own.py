@@ -252,7 +252,10 @@ def reference_uses(obj, exercise: str, namespace: dict | None = None) -> list[st
 
 def exercise_of_caller(depth: int = 2) -> str | None:
     """The exercise whose check module is on the call stack (checks.exNN or hidden.exNN)."""
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
     while frame is not None:
         mod = frame.f_globals.get("__name__", "")
         for prefix in ("attention_workbook.checks.ex", "awb_grader.hidden.ex"):

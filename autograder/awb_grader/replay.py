@@ -19,7 +19,7 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
 ``params``    target, prefix: [(name, tensor)] of ``named_parameters()``
 ``load``      target, values {dotted path: tensor}: copied into the object's own tensors
 ``describe``  target, prefix: its sub-modules (path, kind, sizes)
-``get``       target, path: a plain attribute value (no private names)
+``get``       target, path: a plain attribute value (no dunder names)
 ``grads``     target, args, kwargs: forward + backward of its own loss -> (loss, [(name, grad)])
 ``standin``   target, path, kind, options: the sub-module computes the reference of its kind
 ``make``      kind, args, kwargs: a checker object (``_adapter.maker``)

@@ -14,7 +14,8 @@ ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipyke
   life (a notebook that ignores interrupts still ends).
 
 The kernel talks to nbgrader over Unix sockets (``KernelManager.transport = "ipc"``) in a
-runtime directory private to the grading worker, since it has no network, not even loopback.
+short folder private to the grading worker (a socket path may not exceed 107 bytes, see
+:data:`SUN_PATH_MAX`), since it has no network, not even loopback.
 nbgrader's own per-cell time limit (``Execute.timeout``) interrupts a cell that runs too long,
 and :class:`LimitOutputBytes` truncates huge outputs before they reach the autograded
 notebook, the feedback and the gradebook.

@@ -136,7 +136,7 @@ def obfuscation(source: str) -> list[str]:
             elif fn == "getattr" and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
                 root = ast.unparse(node.args[0]).split(".")[0]
                 if root in MACHINERY or root in ("importlib", "builtins", "__builtins__"):
-                    add(node, f"reads an attribute of {root} by a computed name")
+                    add(node, f"getattr with a computed name on {ast.unparse(node.args[0])[:60]}")
             if fn == "chr" or (last == "join" and any(isinstance(n, ast.Name) and n.id == "chr" for n in ast.walk(node))):
                 add(node, "builds a string from character codes (chr)")
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):

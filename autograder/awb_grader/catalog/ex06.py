@@ -465,4 +465,36 @@ ALTERNATIVES = [
     return block
 ''',
         }),
+    Alternative(
+        id="wrapped_sublayers",
+        description="a block that reaches its attention, feed-forward and LayerNorms through small residual "
+                    "wrapper modules (pre- or post-LN), holding the same objects as block.attn, block.ff, ...",
+        cells={
+            "TransformerBlock": '''class Residual(nn.Module):
+    """x + drop(fn(norm(x))) (pre-LN) or norm(x + drop(fn(x))) (post-LN)."""
+
+    def __init__(self, norm, fn, dropout, pre_ln):
+        super().__init__()
+        self.norm, self.fn, self.drop, self.pre_ln = norm, fn, nn.Dropout(dropout), pre_ln
+
+    def forward(self, x, **kwargs):
+        if self.pre_ln:
+            return x + self.drop(self.fn(self.norm(x), **kwargs))
+        return self.norm(x + self.drop(self.fn(x, **kwargs)))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, pre_ln=True):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.sublayers = nn.ModuleList([Residual(self.ln1, self.attn, dropout, pre_ln),
+                                        Residual(self.ln2, self.ff, 0.0, pre_ln)])
+
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, mask=mask)        # (B, T, D)
+        return self.sublayers[1](x)
+''',
+        }),
 ]

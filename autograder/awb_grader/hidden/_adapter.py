@@ -250,8 +250,8 @@ def _owner_path(owner) -> str:
 # ---------------------------------------------------------------------------------------------
 def _walk(obj, path: str):
     for part in [p for p in path.split(".") if p]:
-        if part.startswith("_"):
-            raise AttributeError(f"{path}: private attributes are not read")
+        if part.startswith("__"):
+            raise AttributeError(f"{path}: special attributes are not read")
         obj = getattr(obj, part)
     return obj
 
