@@ -116,12 +116,12 @@ class SelfAttentionHead(mha.Head):
     def forward(self, x, mask=None):
         return super().forward(x, x, mask)[0]
 '''}, _HEAD, _REF, "SelfAttentionHead subclasses the package's Head (mha.Head)"),
-    Shortcut("causal_mask_getattr", A4, "delegation: getattr", {"causal_mask": '''import attention_workbook
+    Shortcut("sdpa_getattr", A4, "delegation: getattr", {"scaled_dot_product_attention": '''import attention_workbook.qkv
 
 
-def causal_mask(T):
-    return getattr(attention_workbook.qkv, "causal_mask")(T)
-'''}, ("test_causal_mask",), _REF, "causal_mask fetches the package's function with getattr"),
+def scaled_dot_product_attention(q, k, v, mask=None):
+    return getattr(attention_workbook.qkv, "attention")(q, k, v, mask)
+'''}, _SDPA, _REF, "scaled_dot_product_attention fetches the package's attention with getattr"),
     Shortcut("tamper_encoded_04", A4, "tampering: encoded", {"softmax": _tamper("04") + '''
 
 def softmax(x, dim=-1):
