@@ -14,7 +14,8 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
 ``nn.Module``, which of the student's classes it is an instance of):
 
 ``call``      target (a top-level name or a reference), args, kwargs; optional ``seed``
-              (``torch.manual_seed`` first) and ``forbid`` (built-ins blocked during the call)
+              (``torch.manual_seed`` first) and ``forbid`` (built-ins blocked during the call);
+              what it did in place to its tensor arguments comes back as ``effects``
 ``train``     target, mode: ``target.train(mode)``
 ``params``    target, prefix: [(name, tensor)] of ``named_parameters()``
 ``load``      target, values {dotted path: tensor}: copied into the object's own tensors
@@ -65,6 +66,7 @@ class Server:
 
         self.ns, self.A, self.nn = ns, _adapter, nn
         self.table: dict[int, object] = {}
+        self.effects: list = []
 
     # -- markers ------------------------------------------------------------------------------
     def decode(self, x):
@@ -139,10 +141,21 @@ class Server:
             args, kwargs = self.decode(req.get("args", ())), self.decode(req.get("kwargs", {}))
             if req.get("seed") is not None:
                 torch.manual_seed(int(req["seed"]))
+            tensors = [(i, t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+            tensors += [(k, t) for k, t in kwargs.items() if isinstance(t, torch.Tensor)]
+            before = {key: (t.requires_grad, t.detach().clone()) for key, t in tensors}
             with contextlib.ExitStack() as stack:
                 for targets, why in req.get("forbid") or []:
                     stack.enter_context(core.forbid([(A.resolve_owner(o), a) for o, a in targets], why))
                 out = obj(*args, **kwargs)
+            # what the call did to its tensor arguments in place (copied back onto the caller's)
+            for key, t in tensors:
+                grad_was, value = before[key]
+                changed = not torch.equal(t.detach(), value) if t.shape == value.shape else True
+                if t.requires_grad != grad_was or t.grad is not None or changed:
+                    self.effects.append([key, {"requires_grad": t.requires_grad,
+                                               "grad": None if t.grad is None else t.grad.detach(),
+                                               "value": t.detach() if changed else None}])
             return self.encode(out)
         if op == "train":
             obj.train(bool(req["mode"]))
@@ -198,10 +211,11 @@ def main() -> None:
         if raw is None:
             return
         req = torch.load(io.BytesIO(raw), weights_only=True)
+        server.effects = []
         try:
             out = server.handle(req)
             try:
-                _write(channel_out, {"ok": out})
+                _write(channel_out, {"ok": out, **({"effects": server.effects} if server.effects else {})})
             except Exception as e:  # noqa: BLE001
                 _write(channel_out, {"error": f"returned something that is not tensors/numbers ({type(e).__name__})",
                                      "type": "TypeError"})

@@ -266,7 +266,26 @@ class Replay:
             raise RuntimeError(f"{op}: the answer is not tensors/numbers ({type(e).__name__})") from None
         if "error" in ans:
             raise _error(ans)
+        for key, eff in ans.get("effects", []):
+            self._mirror(fields, key, eff)
         return self._decode(ans["ok"])
+
+    @staticmethod
+    def _mirror(fields: dict, key, eff: dict) -> None:
+        """Copy what the student's code did in place to a tensor argument onto the caller's."""
+        import torch
+
+        args, kwargs = fields.get("args", ()), fields.get("kwargs", {})
+        t = args[key] if isinstance(key, int) and key < len(args) else kwargs.get(key)
+        if not isinstance(t, torch.Tensor):
+            return
+        with torch.no_grad():
+            if eff.get("value") is not None and eff["value"].shape == t.shape:
+                t.copy_(eff["value"])
+        if eff.get("requires_grad") and t.is_leaf and not t.requires_grad and t.is_floating_point():
+            t.requires_grad_(True)
+        if eff.get("grad") is not None and t.is_leaf:
+            t.grad = eff["grad"]
 
     def call(self, name: str, args: tuple, kwargs: dict):
         return self.request("call", target=name, args=tuple(args), kwargs=dict(kwargs))

@@ -401,6 +401,10 @@ def maker(kind: str):
         from .ex01 import _reference_forward
 
         return lambda: _reference_forward
+    if kind == "ex01.doubled_forward":
+        from .ex01 import _doubled_forward
+
+        return lambda: _doubled_forward
     if kind == "ex07.scripted":
         from attention_workbook.checks.ex07 import ScriptedModel
 
