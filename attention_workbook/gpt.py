@@ -204,8 +204,27 @@ def lr_at(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: f
         return max_lr * (step + 1) / warmup_steps
     if step >= max_steps:
         return min_lr
-    ratio = (step - warmup_steps) / (max_steps - warmup_steps)   # 0 -> 1
+    return cosine_decay((step - warmup_steps) / (max_steps - warmup_steps), max_lr, min_lr)
+
+
+def cosine_decay(ratio: float, max_lr: float, min_lr: float) -> float:
+    """Half a cosine from ``max_lr`` (ratio 0) down to ``min_lr`` (ratio 1 and beyond)."""
+    ratio = min(max(ratio, 0.0), 1.0)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+
+def lr_in_budget(step: int, seconds: float, warmup_steps: int, warmup_seconds: float, max_seconds: float,
+                 max_lr: float, min_lr: float) -> float:
+    """The schedule of :func:`lr_at` laid over a time budget instead of a step count.
+
+    The warmup still counts steps (it is about the optimizer's first updates); after it, the
+    cosine runs over the *training seconds* left: ``seconds`` spent so far, ``warmup_seconds``
+    spent when the warmup ended, ``max_seconds`` the budget. So the rate reaches ``min_lr``
+    exactly when the budget is spent, however many steps this CPU or GPU manages in it.
+    """
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    return cosine_decay((seconds - warmup_seconds) / max(max_seconds - warmup_seconds, 1e-9), max_lr, min_lr)
 
 
 def get_batch(data: torch.Tensor, block_size: int, batch_size: int,
@@ -250,6 +269,7 @@ class TrainConfig:
     seed: int = 1337
     threads: int | None = None    # torch.set_num_threads on CPU (None: leave PyTorch's default)
     precision: str = "auto"       # "auto" (see amp_dtype), "fp32", "bf16" or "fp16"
+    max_seconds: float | None = None  # a time budget: train this many seconds (then max_iters is only a cap)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -303,23 +323,35 @@ def pick_device() -> str:
     return "cpu"
 
 
-def cpu_has_fast_bf16() -> bool:
+def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True on CPUs with bf16 dot-product instructions (AVX512-BF16 or AMX): there bf16 autocast
-    is faster than float32; on other CPUs it is emulated and much slower."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    is faster than float32; on other CPUs it is emulated and much slower. ``cpuinfo``: the text
+    of /proc/cpuinfo (read from the machine when not given)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def gpu_has_native_bf16(index: int = 0) -> bool:
+    """True on GPUs that compute bf16 in hardware: compute capability 8.0 and newer (A100, H100,
+    RTX 30xx/40xx, L4). Not ``torch.cuda.is_bf16_supported()``: by default that also answers True
+    where bf16 is only *emulated* (a T4, capability 7.5), which is slower than fp16 there."""
+    major, _ = torch.cuda.get_device_capability(index)
+    return major >= 8
+
+
 def amp_dtype(device: str, precision: str = "auto") -> torch.dtype | None:
-    """Autocast dtype. "auto": bf16 on GPUs that have it (Ampere and newer), fp16 on older ones
-    (a T4, with a GradScaler), bf16 on CPUs with native bf16, else None (plain float32)."""
+    """Autocast dtype. "auto": bf16 on GPUs with native bf16 (compute capability >= 8.0), fp16
+    on older ones (a T4, with a GradScaler), bf16 on CPUs with native bf16, else None (float32)."""
     if precision != "auto":
         return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    if device == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        return torch.bfloat16 if gpu_has_native_bf16(index) else torch.float16
     if device == "cpu" and cpu_has_fast_bf16():
         return torch.bfloat16
     return None
@@ -339,8 +371,9 @@ def choose_preset(device: str | None = None, override: str | None = None) -> str
         name = "smoke"
     if not name:
         device = device or pick_device()
-        if device == "cuda":
-            name = "large-gpu" if torch.cuda.is_bf16_supported() and \
+        if device.startswith("cuda"):
+            # an A100 / H100 class GPU (native bf16 and room for the larger model), else the T4 recipe
+            name = "large-gpu" if gpu_has_native_bf16() and \
                 torch.cuda.get_device_properties(0).total_memory > 30e9 else "t4"
         else:
             name = "cpu"
@@ -440,18 +473,31 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
     DDP averages the gradients). Every ``eval_interval`` steps the train/val losses are estimated
     (averaged over ranks), ``on_eval(step, history)`` is called and, on rank 0, a checkpoint is
     written to ``ckpt_path``. With ``resume`` and an existing checkpoint the run continues
-    where it stopped. ``max_seconds`` stops early (the wall-clock budget of a benchmark).
-    Returns the history dict (steps, losses, learning rates, tokens/s).
+    where it stopped.
+
+    **Time budget.** With ``cfg.max_seconds`` (or the ``max_seconds`` argument, which wins) the
+    run trains for that many seconds and the learning rate follows :func:`lr_in_budget`: the
+    cosine ends exactly when the budget is spent, whatever the hardware's speed; ``max_iters``
+    is then only a cap. The budget counts training steps only: the loss estimates, the
+    ``on_eval`` callback and checkpoint writes pause the clock (their time is reported
+    separately as ``history["eval_seconds"]``). Under DDP rank 0's clock decides for every rank,
+    so the replicas use the same learning rate and stop at the same step.
+
+    Returns the history dict: per estimate ``step``, ``seconds`` (training seconds so far),
+    ``train``, ``val``; per 10 steps ``loss``, ``lr``, ``elapsed``, ``tokens_per_s``; and
+    ``train_seconds``, ``eval_seconds``, ``last_step``.
     """
     from tqdm.auto import tqdm
 
     run = run or RunInfo()
     raw = getattr(model, "module", model)
+    budget = max_seconds if max_seconds is not None else cfg.max_seconds
     if cfg.threads and run.device == "cpu":
         torch.set_num_threads(cfg.threads)
     optimizer = configure_optimizer(raw, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), run.device)
     scaler = torch.amp.GradScaler("cuda") if run.dtype == torch.float16 else None
-    history = {"step": [], "train": [], "val": [], "lr": [], "tokens_per_s": [], "elapsed": [], "loss": []}
+    history = {"step": [], "seconds": [], "train": [], "val": [], "lr": [], "tokens_per_s": [], "elapsed": [],
+               "loss": [], "train_seconds": 0.0, "eval_seconds": 0.0, "warmup_seconds": None}
     start = 0
     if resume and ckpt_path is not None and Path(ckpt_path).is_file():
         ck = load_checkpoint(ckpt_path, run.device)
@@ -459,7 +505,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         optimizer.load_state_dict(ck["optimizer"])
         if scaler is not None and ck.get("scaler"):
             scaler.load_state_dict(ck["scaler"])
-        history, start = ck["history"], ck["step"]
+        history, start = {**history, **ck["history"]}, ck["step"]
         if run.master and progress:
             print(f"resumed from {ckpt_path} at step {start}")
     g = torch.Generator().manual_seed(cfg.seed + 1000 * run.rank + start)  # each rank its own batches
@@ -467,8 +513,16 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         g.set_state(ck["rng"])  # the same batches an uninterrupted run would have drawn
     block = raw.block_size
     tokens_per_step = cfg.batch_size * block * run.world_size
+    spent_before = history["train_seconds"]          # training seconds of the run(s) before a resume
+    clock = {"t0": time.perf_counter(), "paused": 0.0}
+
+    def trained() -> float:
+        """Training seconds so far (this run and any before a resume), evaluation excluded."""
+        return spent_before + time.perf_counter() - clock["t0"] - clock["paused"]
 
     def evaluate(step: int) -> None:
+        t_eval = time.perf_counter()
+        history["train_seconds"] = trained()
         losses = estimate_loss(raw, {"train": train_data, "val": val_data}, block, cfg.batch_size,
                                cfg.eval_iters, run.device, run.dtype, seed=cfg.seed + run.rank)
         if run.world_size > 1:
@@ -477,6 +531,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             dist.all_reduce(t)
             losses = {"train": t[0].item() / run.world_size, "val": t[1].item() / run.world_size}
         history["step"].append(step)
+        history["seconds"].append(history["train_seconds"])
         history["train"].append(losses["train"])
         history["val"].append(losses["val"])
         if ckpt_path is not None and run.master:
@@ -484,15 +539,41 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             history["checkpoints_written"] = history.get("checkpoints_written", 0) + 1
         if on_eval is not None:
             on_eval(step, history)
+        pause = time.perf_counter() - t_eval
+        clock["paused"] += pause
+        history["eval_seconds"] += pause
+
+    def shared_clock() -> float:
+        """Rank 0's training seconds, on every rank (one tiny broadcast per step under DDP)."""
+        s = trained()
+        if run.world_size > 1:
+            import torch.distributed as dist
+            t = torch.tensor([s], dtype=torch.float64, device=run.device)
+            dist.broadcast(t, src=0)
+            s = t.item()
+        return s
 
     model.train()
-    t0 = time.perf_counter()
-    spent_before = history["elapsed"][-1] if history["elapsed"] else 0.0
-    bar = tqdm(range(start, cfg.max_iters), initial=start, total=cfg.max_iters, disable=not (progress and run.master),
-               desc=f"training ({cfg.name})", unit="step")
+    if budget is not None:
+        bar = tqdm(total=round(budget), initial=min(round(spent_before), round(budget)), unit="s",
+                   disable=not (progress and run.master), desc=f"training ({cfg.name}, {budget:.0f} s budget)",
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+    else:
+        bar = tqdm(total=cfg.max_iters, initial=start, disable=not (progress and run.master),
+                   desc=f"training ({cfg.name})", unit="step")
+    shown = min(round(spent_before), round(budget)) if budget is not None else start
     step = start
-    for step in bar:
-        lr = lr_at(step, cfg.warmup_iters, cfg.max_iters, cfg.lr, cfg.min_lr)
+    while step < cfg.max_iters:
+        seconds = shared_clock() if budget is not None else 0.0
+        if budget is not None and seconds >= budget:
+            break
+        if budget is not None:
+            if step == cfg.warmup_iters and history["warmup_seconds"] is None:
+                history["warmup_seconds"] = seconds
+            lr = lr_in_budget(step, seconds, cfg.warmup_iters, history["warmup_seconds"] or 0.0, budget,
+                              cfg.lr, cfg.min_lr)
+        else:
+            lr = lr_at(step, cfg.warmup_iters, cfg.max_iters, cfg.lr, cfg.min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(train_data, block, cfg.batch_size, g)
@@ -510,21 +591,32 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
-        done = step + 1
-        if done % 10 == 0 or done == cfg.max_iters:
-            elapsed = time.perf_counter() - t0
-            history["loss"].append((done, loss.item()))
-            history["lr"].append((done, lr))
-            history["elapsed"].append(spent_before + elapsed)
-            history["tokens_per_s"].append((done - start) * tokens_per_step / max(elapsed, 1e-9))
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{history['tokens_per_s'][-1]:,.0f}")
-        if done % cfg.eval_interval == 0 and done < cfg.max_iters:
-            evaluate(done)
-        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
-            break
+        step += 1
+        if step % 10 == 0 or step == cfg.max_iters:
+            loss_value = loss.item()                      # waits for the GPU: the clock below is honest
+            elapsed = trained()
+            history["loss"].append((step, loss_value))
+            history["lr"].append((step, lr))
+            history["elapsed"].append(elapsed)
+            history["tokens_per_s"].append((step - start) * tokens_per_step / max(elapsed - spent_before, 1e-9))
+            if budget is not None:
+                now = min(round(elapsed), round(budget))
+                bar.update(now - shown)
+                shown = now
+            else:
+                bar.update(step - shown)
+                shown = step
+            bar.set_postfix_str(f"step {step}, loss {loss_value:.3f}, lr {lr:.1e}, "
+                                f"{history['tokens_per_s'][-1]:,.0f} tok/s")
+        if step % cfg.eval_interval == 0 and step < cfg.max_iters:
+            evaluate(step)
+    if budget is not None and shown < round(budget) and step < cfg.max_iters:
+        bar.update(round(budget) - shown)              # the budget is spent: show the bar full
+    elif budget is None:
+        bar.update(step - shown)
     bar.close()
-    history["train_seconds"] = spent_before + time.perf_counter() - t0
-    history["last_step"] = step + 1 if cfg.max_iters > start else start
+    history["train_seconds"] = trained()
+    history["last_step"] = step
     if eval_at_end and (not history["step"] or history["step"][-1] != history["last_step"]):
         evaluate(history["last_step"])
     return history
