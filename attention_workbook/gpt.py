@@ -230,10 +230,9 @@ def lr_in_budget(step: int, seconds: float, warmup_steps: int, warmup_seconds: f
 def get_batch(data: torch.Tensor, block_size: int, batch_size: int,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch_size`` random windows of ``data`` (1-D token ids): x (B, T) and y = x shifted by one."""
-    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # window starts
-    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])          # (B, T)
-    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])  # (B, T) next characters
-    return x, y
+    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,) window starts
+    idx = (ix[:, None] + torch.arange(block_size)).to(data.device)          # (B, T) positions in data
+    return data[idx], data[idx + 1]                                         # x, y = x shifted by one
 
 
 # ----------------------------------------------------------------------------- configurations
@@ -269,6 +268,8 @@ class TrainConfig:
     seed: int = 1337
     threads: int | None = None    # torch.set_num_threads on CPU (None: leave PyTorch's default)
     precision: str = "auto"       # "auto" (see amp_dtype), "fp32", "bf16" or "fp16"
+    compile: bool | str = False   # torch.compile the model (True, or a mode such as "max-autotune"); off:
+                                  # it needs a working compiler toolchain and can fail on older GPUs
     max_seconds: float | None = None  # a time budget: train this many seconds (then max_iters is only a cap)
 
     def to_dict(self) -> dict:
@@ -297,14 +298,18 @@ PRESETS: dict[str, TrainConfig] = {
     "cpu": TrainConfig("cpu", GPTConfig(block_size=64, n_layer=3, n_head=4, d_model=192, bias=False),
                        batch_size=32, max_iters=750, lr=2e-3, min_lr=2e-4, warmup_iters=50,
                        weight_decay=0.1, eval_interval=250, eval_iters=20),
-    # nanoGPT's shakespeare-char model, for a free Colab T4 (fp16 + GradScaler); not yet timed
+    # nanoGPT's shakespeare-char model (6 x 6 x 384, context 256, batch 64, dropout 0.2) for a free
+    # Colab T4 (fp16 + GradScaler there). 2000 steps, not nanoGPT's 5000: on an H100 its validation
+    # loss is lowest near step 1750 (1.46) and then rises as it overfits the 1 MB text (1.73 at 5000);
+    # nanoGPT reports the best checkpoint (results/gpt_shakespeare.md)
     "t4": TrainConfig("t4", GPTConfig(block_size=256, n_layer=6, n_head=6, d_model=384, dropout=0.2),
-                      batch_size=64, max_iters=5000, lr=1e-3, min_lr=1e-4, warmup_iters=100,
+                      batch_size=64, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=100,
                       eval_interval=250, eval_iters=100),
-    # the same recipe in bf16 with a larger context, for an A100 / H100 class GPU; not yet timed
-    "large-gpu": TrainConfig("large-gpu", GPTConfig(block_size=256, n_layer=8, n_head=8, d_model=512, dropout=0.2),
-                             batch_size=64, max_iters=5000, lr=6e-4, min_lr=6e-5, warmup_iters=200,
-                             eval_interval=250, eval_iters=100),
+    # the same model for an A100 / H100 class GPU (bf16): twice the batch, twice the rate, 1200
+    # steps; on an H100 it reaches val <= 1.50 in about 15 s of training (results/gpt_shakespeare.md)
+    "large-gpu": TrainConfig("large-gpu", GPTConfig(block_size=256, n_layer=6, n_head=6, d_model=384, dropout=0.2),
+                             batch_size=128, max_iters=1200, lr=2e-3, min_lr=1e-4, warmup_iters=100,
+                             eval_interval=200, eval_iters=50),
 }
 
 # nanoGPT's README recipe for a CPU (the figure lecture 08 compares against)
@@ -355,6 +360,31 @@ def amp_dtype(device: str, precision: str = "auto") -> torch.dtype | None:
     if device == "cpu" and cpu_has_fast_bf16():
         return torch.bfloat16
     return None
+
+
+# dense (not sparse) tensor-core peak of each GPU in TFLOP/s for bf16/fp16, from the data sheets
+GPU_PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0), ("L4", 121.0),
+                   ("A10G", 125.0), ("T4", 65.0), ("V100", 125.0)]
+
+
+def gpu_peak_tflops(name: str) -> float | None:
+    """The data-sheet bf16/fp16 peak of a GPU by (part of) its name, None if unknown."""
+    return next((peak for key, peak in GPU_PEAK_TFLOPS if key in name), None)
+
+
+def flops_per_token(model: "GPT") -> float:
+    """Training FLOPs per token (forward + backward), nanoGPT's count: 6 N for the weight matrices
+    (N without the position table) + 12 L D T for the attention scores and weighted sums."""
+    return 6 * model.num_params(non_embedding=True) + 12 * model.n_layer * model.d_model * model.block_size
+
+
+def mfu(model: "GPT", tokens_per_s: float, device: str) -> float | None:
+    """Model FLOPs utilisation: the FLOPs the model needs per second / the GPU's peak (None on a CPU
+    or an unknown GPU)."""
+    if not device.startswith("cuda"):
+        return None
+    peak = gpu_peak_tflops(torch.cuda.get_device_name(device))
+    return flops_per_token(model) * tokens_per_s / (peak * 1e12) if peak else None
 
 
 def smoke_mode() -> bool:
@@ -422,6 +452,27 @@ def estimate_loss(model: nn.Module, splits: dict[str, torch.Tensor], block_size:
     return out
 
 
+@torch.no_grad()
+def val_loss_windows(model: nn.Module, data: torch.Tensor, block_size: int, batch_size: int = 64,
+                     device: str = "cpu", dtype: torch.dtype | None = None) -> float:
+    """Mean loss over *every* consecutive ``block_size`` window of ``data`` (stride block_size):
+    the whole split, each character predicted once, no sampling noise. The yardstick the
+    benchmarks use to compare models (any ``model(x, y) -> (logits, loss)``, nanoGPT's too)."""
+    was_training = model.training
+    model.eval()
+    n = (len(data) - 1) // block_size
+    starts = torch.arange(n) * block_size
+    total = 0.0
+    for i in range(0, n, batch_size):
+        idx = starts[i:i + batch_size, None] + torch.arange(block_size)     # (b, T)
+        x, y = data[idx].to(device), data[idx + 1].to(device)
+        with autocast(device, dtype):
+            _, loss = model(x, y)
+        total += loss.float().item() * len(idx)
+    model.train(was_training)
+    return total / n
+
+
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer, cfg: TrainConfig, step: int,
                     history: dict, chars: list[str] | None = None, scaler=None,
                     rng: torch.Tensor | None = None) -> Path:
@@ -487,7 +538,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
     ``train``, ``val``; per 10 steps ``loss``, ``lr``, ``elapsed``, ``tokens_per_s``; and
     ``train_seconds``, ``eval_seconds``, ``last_step``.
     """
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     run = run or RunInfo()
     raw = getattr(model, "module", model)
@@ -513,11 +564,32 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         g.set_state(ck["rng"])  # the same batches an uninterrupted run would have drawn
     block = raw.block_size
     tokens_per_step = cfg.batch_size * block * run.world_size
+    if run.device.startswith("cuda"):
+        # the whole text fits easily on a GPU: batches are cut there, no copy per step
+        train_data, val_data = train_data.to(run.device), val_data.to(run.device)
+    step_model = model
+    model.train()
+    if cfg.compile:
+        t_compile = time.perf_counter()
+        step_model = torch.compile(model, **({"mode": cfg.compile} if isinstance(cfg.compile, str) else {}))
+        # compile before the clock starts: one forward + backward on a batch of the *same* shape
+        # (from its own generator: the training batches stay the same); no optimizer step
+        xw, yw = get_batch(train_data, block, cfg.batch_size, torch.Generator().manual_seed(12345))
+        with autocast(run.device, run.dtype):
+            _, loss = step_model(xw, yw)
+        loss.backward()
+        for p in raw.parameters():
+            p.grad = None
+        if run.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        history["compile_seconds"] = time.perf_counter() - t_compile
     spent_before = history["train_seconds"]          # training seconds of the run(s) before a resume
     clock = {"t0": time.perf_counter(), "paused": 0.0}
 
     def trained() -> float:
         """Training seconds so far (this run and any before a resume), evaluation excluded."""
+        if run.device.startswith("cuda"):
+            torch.cuda.synchronize()    # the GPU runs behind the Python loop: count its work too
         return spent_before + time.perf_counter() - clock["t0"] - clock["paused"]
 
     def evaluate(step: int) -> None:
@@ -544,7 +616,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         history["eval_seconds"] += pause
 
     def shared_clock() -> float:
-        """Rank 0's training seconds, on every rank (one tiny broadcast per step under DDP)."""
+        """Rank 0's training seconds, on every rank (one tiny broadcast under DDP)."""
         s = trained()
         if run.world_size > 1:
             import torch.distributed as dist
@@ -553,7 +625,6 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             s = t.item()
         return s
 
-    model.train()
     if budget is not None:
         bar = tqdm(total=round(budget), initial=min(round(spent_before), round(budget)), unit="s",
                    disable=not (progress and run.master), desc=f"training ({cfg.name}, {budget:.0f} s budget)",
@@ -562,11 +633,16 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         bar = tqdm(total=cfg.max_iters, initial=start, disable=not (progress and run.master),
                    desc=f"training ({cfg.name})", unit="step")
     shown = min(round(spent_before), round(budget)) if budget is not None else start
+    # how often the budget clock is read: every step on a CPU; every 10 steps on a GPU (reading
+    # it waits for the GPU) or under DDP (rank 0's clock is broadcast), with the rate kept in between
+    every = 10 if run.device.startswith("cuda") or run.world_size > 1 else 1
+    seconds = 0.0
     step = start
     while step < cfg.max_iters:
-        seconds = shared_clock() if budget is not None else 0.0
-        if budget is not None and seconds >= budget:
-            break
+        if budget is not None and (step - start) % every == 0:
+            seconds = shared_clock()
+            if seconds >= budget:
+                break
         if budget is not None:
             if step == cfg.warmup_iters and history["warmup_seconds"] is None:
                 history["warmup_seconds"] = seconds
@@ -579,7 +655,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         x, y = get_batch(train_data, block, cfg.batch_size, g)
         x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
         with autocast(run.device, run.dtype):
-            _, loss = model(x, y)
+            _, loss = step_model(x, y)
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -646,7 +722,7 @@ def head_ablation(model: GPT, val_data: torch.Tensor, batch_size: int = 16, eval
 
     Every measurement uses the same windows (fixed seed), so the differences are not sampling noise.
     """
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     est = lambda: estimate_loss(model, {"val": val_data}, model.block_size, batch_size, eval_iters,
                                 device, seed=seed)["val"]

@@ -42,7 +42,7 @@ def parse_value(v: str):
 
 def setup_distributed(backend: str | None, device: str) -> gpt.RunInfo:
     """Join the process group torchrun describes in the environment (or run alone)."""
-    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if "RANK" not in os.environ:           # not started by torchrun: one process, no process group
         return gpt.RunInfo(device=device)
     import torch.distributed as dist
 
@@ -86,13 +86,14 @@ def main(argv=None) -> dict:
     cfg = replace(cfg, model=replace(cfg.model, vocab_size=ds.vocab_size))
     torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     model = gpt.GPT.from_config(cfg.model).to(run.device)
-    if run.world_size > 1:
+    if "RANK" in os.environ:               # under torchrun, even with one process: the DDP path
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[run.device] if run.device.startswith("cuda") else None)
     raw = getattr(model, "module", model)
     if run.master:
         print(f"preset {cfg.name}: {raw.num_params():,} parameters, device {run.device}, "
-              f"precision {run.dtype or torch.float32}, {run.world_size} process(es), "
+              f"precision {run.dtype or torch.float32}, {run.world_size} process(es)"
+              + (f" (DDP, {torch.distributed.get_backend()})" if "RANK" in os.environ else "") + ", "
               f"global batch {cfg.batch_size * run.world_size} x {cfg.model.block_size} tokens, "
               + (f"time budget {cfg.max_seconds:g} s" if cfg.max_seconds else f"{cfg.max_iters} steps"), flush=True)
 
@@ -122,7 +123,7 @@ def main(argv=None) -> dict:
             print(ds.decode(out[0]))
     (args.out).mkdir(parents=True, exist_ok=True)
     (args.out / f"summary_rank{run.rank}.json").write_text(json.dumps(summary, indent=1))
-    if run.world_size > 1:
+    if "RANK" in os.environ:
         import torch.distributed as dist
         dist.destroy_process_group()
     return summary
