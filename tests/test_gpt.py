@@ -242,25 +242,31 @@ def test_train_loop_learns_checkpoints_and_resumes_exactly(tmp_path):
     torch.testing.assert_close(model(data[None, :32])[0], resumed.eval()(data[None, :32])[0])
 
 
+@pytest.mark.slow
 def test_benchmark_script_smoke(tmp_path, monkeypatch):
-    """benchmarks/bench_gpt_cpu.py end to end on the smoke preset (the real figures are in results/)."""
+    """benchmarks/bench_gpt_cpu.py end to end, tiny: nanoGPT's own code (the offline anchor copy)
+    for 20 iterations, the smoke preset, one yardstick for both (the real figures are in results/)."""
     import importlib.util
     import json
     from pathlib import Path
 
-    shared = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
-    if not shared.is_file():
-        pytest.skip(f"no local tiny-shakespeare at {shared.resolve()}")
-    monkeypatch.setenv("AWB_TINYSHAKESPEARE", str(shared.resolve()))
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpt_cpu.py"
-    spec = importlib.util.spec_from_file_location("bench_gpt_cpu", path)
+    repo = Path(__file__).resolve().parents[1]
+    shared = repo.parent / "shared"
+    if not (shared / "data" / "tinyshakespeare.txt").is_file() or not (shared / "anchors" / "nanogpt").is_dir():
+        pytest.skip(f"no local tiny-shakespeare / nanoGPT anchor under {shared}")
+    monkeypatch.setenv("AWB_TINYSHAKESPEARE", str(shared / "data" / "tinyshakespeare.txt"))
+    spec = importlib.util.spec_from_file_location("bench_gpt_cpu", repo / "benchmarks" / "bench_gpt_cpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "bench.json"
-    bench.main(["--preset", "smoke", "--only", "preset", "--eval-batches", "2", "--set", "max_iters=5",
-                "--json", str(out)])
-    runs = json.loads(out.read_text())["runs"]
-    assert runs[0]["name"] == "smoke" and runs[0]["steps"] == 5 and 0 < runs[0]["val_loss"] < 5
+    bench.main(["--nanogpt", str(shared / "anchors" / "nanogpt"), "--preset", "smoke", "--set", "block_size=64",
+                "--nanogpt-set", "max_iters=20", "--nanogpt-set", "lr_decay_iters=20", "--nanogpt-set",
+                "eval_interval=20", "--threads", "1", "--overhead", "5", "--json", str(out)])
+    pair = json.loads(out.read_text())["pairs"][0]
+    assert pair["nanogpt"]["checkpoint_iter"] == 20 and pair["nanogpt"]["params"] > 0
+    assert pair["preset"]["steps"] == 30                       # the smoke preset's own step cap
+    assert 0 < pair["nanogpt"]["val"] < 5 and 0 < pair["preset"]["val"] < 5
+    assert pair["ratio_val"] == round(pair["preset"]["val"] / pair["nanogpt"]["val"], 4)
 
 
 # -- precision and preset per device (simulated: no GPU is needed) ----------------------------
