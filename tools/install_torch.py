@@ -19,7 +19,8 @@ An index that cannot be reached (or has no matching wheel) is reported in one li
 plain install runs. Without a GPU the fallback first asks pip which versions it sees without
 that index (a local wheel folder, a company mirror): a CPU build there (version ``X+cpu``) is
 installed rather than the CUDA one; only when there is none does the plain install pull the
-CUDA build, and it says so. The torch requirement is read from requirements.txt.
+CUDA build, and it says so. A torch already installed within the range is kept. The torch
+requirement is read from requirements.txt.
 """
 
 from __future__ import annotations
@@ -79,18 +80,18 @@ def has_nvidia_gpu() -> bool:
     return False
 
 
-def choose(index: str, system: str, gpu: bool) -> tuple[str | None, bool, str]:
-    """(index URL or None for pip's own indexes, whether a CPU build is wanted, why)."""
+def choose(index: str, system: str, gpu: bool) -> tuple[str | None, str]:
+    """(index URL, or None for pip's own indexes; why)."""
     index = (index or "auto").strip()
     if index.lower() in ("pypi", "default", "none"):
-        return None, False, "TORCH_INDEX=pypi: pip's own indexes"
+        return None, "TORCH_INDEX=pypi: pip's own indexes"
     if index.lower() != "auto":
-        return index, False, f"TORCH_INDEX={index}"
+        return index, f"TORCH_INDEX={index}"
     if gpu:
-        return None, False, "NVIDIA GPU found: the default (CUDA) build from pip's own indexes"
+        return None, "NVIDIA GPU found: the default (CUDA) build from pip's own indexes"
     if system == "Darwin":
-        return None, False, "macOS: PyPI's build (no CUDA libraries there)"
-    return CPU_INDEX, True, "no NVIDIA GPU found: the CPU build"
+        return None, "macOS: PyPI's build (no CUDA libraries there)"
+    return CPU_INDEX, "no NVIDIA GPU found: the CPU build"
 
 
 def probe(index: str, timeout: float = PROBE_TIMEOUT) -> str | None:
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     gpu = has_nvidia_gpu()
-    index, want_cpu, why = choose(args.index, platform.system(), gpu)
+    index, why = choose(args.index, platform.system(), gpu)
+    cpu_only = not gpu and platform.system() != "Darwin"  # where PyPI's build would bring CUDA
     plan = [] if args.dry_run else None
 
     def install(*pip_args: str) -> bool:
@@ -181,13 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         say(f"{why}; installing {requirement}")
         done = install(requirement)
-    if not done and want_cpu:
+    if not done and cpu_only:
         version = local_cpu_version(requirement)
         if version:
             say(f"falling back to pip's own indexes, which hold a CPU build: torch=={version}")
             done = install(f"torch=={version}")
     if not done and index is not None:
-        warn = " (the CUDA build: about 2.5 GB of nvidia-* wheels this machine cannot use)" if want_cpu else ""
+        warn = " (the CUDA build: about 2.5 GB of nvidia-* wheels this machine cannot use)" if cpu_only else ""
         say(f"falling back to the plain install from pip's own indexes{warn}; "
             f"to avoid it, give a reachable index: make ... TORCH_INDEX=URL")
         done = install(requirement)
