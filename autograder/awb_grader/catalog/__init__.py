@@ -90,8 +90,10 @@ def named_by_errors(assignment: str, failed_cells, errors: dict[str, str]) -> li
     named for one student: nothing tells it apart from other ways to fail the same checks. Of
     one answer cell's candidates, a weaker reading is dropped: a hint that is part of another's
     ("dim=" in "softmax over dim="); a mistake whose lost cells are a strict part of another's;
-    and, when some candidate has a message that names it alone, every candidate that has none
-    (a shape check's general advice may mention several)."""
+    and, when some candidate has a message that names it alone (or with mistakes of the very
+    same hint), every candidate that has none (a shape check's general advice may mention
+    several). A mistake in an earlier function can make a later function's check fail and
+    name a mistake there: the table repeats what the student's own check output says."""
     hits = [m for m in mistakes(assignment) if m.hint and explains(m, failed_cells, errors, case_sensitive=True)]
     texts = [errors.get(c, "") for c in failed_cells]
     out = []
@@ -101,6 +103,7 @@ def named_by_errors(assignment: str, failed_cells, errors: dict[str, str]) -> li
                  if not any(len(o.hint) > len(m.hint) and m.hint.lower() in o.hint.lower() for o in cands)]
         cands = [m for m in cands if not any(set(m.must_fail) < set(o.must_fail) for o in cands)]
         alone = [m for m in cands if any(_shows(m.hint, t, True) and
-                                         not any(o is not m and _shows(o.hint, t, True) for o in cands) for t in texts)]
+                                         not any(o.hint != m.hint and _shows(o.hint, t, True) for o in cands)
+                                         for t in texts)]
         out.append(tuple(alone or cands))
     return out
