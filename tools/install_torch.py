@@ -57,11 +57,15 @@ def torch_requirement(requirements: Path = REPO / "requirements.txt") -> str:
 
 
 def _specifier(requirement: str):
-    """A SpecifierSet for the requirement's range (pip's vendored ``packaging``), or None."""
+    """A SpecifierSet for the requirement's range (``packaging``, or pip's vendored copy in a
+    fresh environment), or None."""
     try:
-        from pip._vendor.packaging.requirements import Requirement
-    except ImportError:  # pragma: no cover - pip without its vendored packaging
-        return None
+        from packaging.requirements import Requirement
+    except ImportError:
+        try:
+            from pip._vendor.packaging.requirements import Requirement
+        except ImportError:  # pragma: no cover - pip without its vendored packaging
+            return None
     return Requirement(requirement).specifier
 
 
