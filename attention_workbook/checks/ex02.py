@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
 
 LECTURE = "lectures/02_attention_as_lookup.ipynb"
 SEC_HARD = f"lecture 02, section 1 'A dictionary is a hard lookup' ({LECTURE}#hard-lookup)"
@@ -215,3 +215,6 @@ def soft_lookup_temperature(soft_lookup) -> None:
                           "a huge temperature makes all scores look alike: every weight tends to 1/m",
                           details=[f"expected about {mean.tolist()}, got {out.tolist()}"])
     passed("soft_lookup: temperature divides the scores (0.01 -> hard lookup, 1000 -> plain average)")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import CheckFailed, call, close, expect_shape, expect_tensor, passed
+from .core import guard, CheckFailed, call, close, expect_shape, expect_tensor, passed
 
 LECTURE = "lectures/08_train_a_gpt.ipynb"
 SEC_DATA = f"lecture 08, section 3 'The data' ({LECTURE}#data)"
@@ -384,3 +384,6 @@ def generate_sampling(generate) -> None:
         raise CheckFailed("with top_k=2 the two kept tokens have the wrong proportions", reread=SEC_GENERATE,
                           hint="after masking, take the softmax of the remaining logits")
     passed("generate: frequencies follow softmax(logits / temperature); top_k keeps the k largest")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -19,7 +19,7 @@ import torch.nn as nn
 from attention_workbook.checks.core import forbid
 from attention_workbook.checks.ex05 import NO_BUILTIN, builtin_attention, random_torch_mha, torch_reference
 
-from ._base import CheckFailed, call, close, fail_values, own_code, randint, rng
+from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
 
@@ -267,3 +267,6 @@ def from_torch(from_torch, MultiHeadAttention=None) -> None:
             if not close(out, want):
                 fail_values("from_torch(ref)(x)", out, want,
                             f"B={B}, T={T}, S={S if kv_ is not None else T}, D={D}, H={H}, bias={bias}", TOL)
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)
