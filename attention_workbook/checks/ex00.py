@@ -75,6 +75,9 @@ def pairwise_dots_shape(pairwise_dots) -> None:
     expect_shape(out, (2, 3, 3), "pairwise_dots(x)", inputs="x of shape (B, T, C) = (2, 3, 5)",
                  hint="one number per pair of tokens: (B, T, T); transpose only the last two axes (x.mT), not x.T",
                  reread=SEC_MATMUL)
+    out = _pairwise(pairwise_dots, torch.randn(1, 1, 4))       # a single sequence of a single token
+    expect_shape(out, (1, 1, 1), "pairwise_dots(x)", inputs="x of shape (B, T, C) = (1, 1, 4)", reread=SEC_MATMUL,
+                 hint="one number per pair of tokens: (B, T, T), also when B or T is 1")
     passed("pairwise_dots: (B, T, C) -> (B, T, T)")
 
 
@@ -101,7 +104,7 @@ def pairwise_dots_values(pairwise_dots) -> None:
 def _split(split_last, x, n):
     out = _call(split_last, x, n, name="split_last", reread=SEC_RESHAPE, hints={
         "values to unpack": "don't assume x is 3-D: x.shape[:-1] is the tuple of leading axes, "
-                            "whatever their number: x.reshape(*x.shape[:-1], n, D // n)"})
+                            "whatever their number; keep it as it is and split only the last axis"})
     return expect_tensor(out, "split_last", reread=SEC_RESHAPE)
 
 
@@ -227,7 +230,7 @@ def einsum_matmul_2d(einsum_matmul) -> None:
 
 def einsum_matmul_batched(einsum_matmul) -> None:
     torch.manual_seed(0)
-    for lead in [(2,), (2, 3)]:
+    for lead in [(2,), (2, 3), (2, 1, 3)]:
         A, Bm = torch.randn(*lead, 3, 4), torch.randn(*lead, 4, 5)
         out = _einsum_mm(einsum_matmul, A, Bm)
         expect_shape(out, (*lead, 3, 5), "einsum_matmul with leading (batch) axes",
@@ -273,6 +276,12 @@ def merge_heads_values(merge_heads) -> None:
     expect_close(out, want, "merge_heads(x)", reread=SEC_RESHAPE,
                  hint=_named(out, cands, "token t's channels are head 0's hs numbers, then head 1's, ..."),
                  inputs="x[0, h, t, c] = 100h + 10t + c, shape (1, 2, 3, 2)",)
+    xt = x.transpose(1, 2).contiguous().transpose(1, 2)   # the same numbers, laid out as attention produces them
+    out_t = _merge(merge_heads, xt)
+    if tuple(out_t.shape) != tuple(want.shape) or not close(out_t, want):
+        raise CheckFailed("merge_heads gives another result for the same (B, nh, T, hs) tensor stored non-contiguously",
+                          reread=SEC_RESHAPE, hint="attention produces x as a transposed view: work from the shape "
+                                                   "and the indices only, never from the memory layout")
     passed("merge_heads: token t = [head 0 of t, head 1 of t, ...]")
 
 

@@ -119,6 +119,9 @@ def lr_at_cosine(lr_at) -> None:
         lo = hi * randint(g, 0, 5) / 10
         for step in sorted({W, M - 1, M, M + randint(g, 1, 1000), randint(g, W, M), randint(g, W, M)}):
             _lr_case(lr_at, step, W, M, hi, lo)
+    M = randint(g, 2, 800)   # warmup_steps = 0: no warmup (the text states it), the cosine starts at step 0
+    for step in (0, randint(g, 1, M - 1), M, M + 1):
+        _lr_case(lr_at, step, 0, M, 3e-4, 3e-5)
 
 
 # ----------------------------------------------------------------------------------------
