@@ -111,6 +111,7 @@ def call(fn: Callable, *args, name: str | None = None, reread: str | None = None
             raise err from None
         finally:
             _count(seen)
+            _RECENT.extend(seen)    # a later failure of the check may be explained by them
 
 
 def _hint_for_exception(e: Exception) -> str | None:
@@ -140,6 +141,9 @@ WARNING_HINTS = {
 CAPTURED = {"warnings": 0}   # how many warnings the checks have swallowed (the tests read it)
 
 
+_RECENT: list = []   # warnings student code raised inside call() during the running guarded check
+
+
 def _count(seen: list) -> None:
     CAPTURED["warnings"] += len(seen)
 
@@ -150,7 +154,7 @@ def explain_warnings(err: CheckFailed, seen: list) -> None:
     for w in seen:
         text = str(w.message).splitlines()[0] if str(w.message) else type(w.message).__name__
         line = f"Python warned: {text[:200]}"
-        if line in err.details:
+        if line in err.details or sum(d.startswith("Python warned:") for d in err.details) >= 3:
             continue
         err.details.append(line)
         known = next((h for k, h in WARNING_HINTS.items() if k in str(w.message)), None)
@@ -167,15 +171,18 @@ def guarded(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        outer = _RECENT[:]
+        _RECENT.clear()
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             try:
                 return fn(*args, **kwargs)
             except CheckFailed as e:
-                explain_warnings(e, seen)
+                explain_warnings(e, _RECENT + seen)
                 raise
             finally:
                 _count(seen)
+                _RECENT[:] = outer
 
     wrapper.__awb_guarded__ = True
     return wrapper

@@ -178,7 +178,7 @@ def batched_outer_shape(batched_outer) -> None:
     out = _outer(batched_outer, a, b)
     if tuple(out.shape) == (2, 4, 3):
         raise CheckFailed("batched_outer returned (B, n, m) = (2, 4, 3)", reread=SEC_AXES,
-                          hint="a's axis must come first: a[:, :, None] (B, m, 1) times b[:, None, :] (B, 1, n)")
+                          hint="a's axis must come first: a as (B, m, 1) times b as (B, 1, n)")
     if tuple(out.shape) == (3, 4):
         raise CheckFailed("batched_outer returned (m, n) = (3, 4): the batch axis is gone", reread=SEC_EINSUM,
                           hint="an index missing after '->' is summed out: keep b in the output ('bi,bj->bij')")
@@ -207,7 +207,7 @@ def _einsum_mm(einsum_matmul, A, B):
     with forbid(matmul_builtins(), NO_MATMUL):
         out = _call(einsum_matmul, A, B, name="einsum_matmul", reread=SEC_EINSUM, hints={
             "no ellipsis": "batched inputs have extra leading axes: write '...' in front of each group of "
-                           "letters ('...ik,...kj->...ij') so einsum treats them as batch axes",
+                           "letters (both inputs and the output) so einsum treats them as batch axes",
             "does not broadcast": "the summed letter must name A's LAST axis and B's SECOND-TO-LAST axis: "
                                   "A is (i, k), B is (k, j)"})
     return expect_tensor(out, "einsum_matmul", reread=SEC_EINSUM)
@@ -236,7 +236,7 @@ def einsum_matmul_batched(einsum_matmul) -> None:
         expect_shape(out, (*lead, 3, 5), "einsum_matmul with leading (batch) axes",
                      inputs=f"A {tuple(A.shape)}, B {tuple(Bm.shape)}", reread=SEC_MATMUL,
                      hint="like @, leading axes are batch axes: '...' in einsum stands for all of them "
-                          "('...ik,...kj->...ij')")
+                          "(in front of each input's letters and of the output's)")
         expect_close(out, A @ Bm, "einsum_matmul with leading axes", reread=SEC_MATMUL,
                      inputs=f"A {tuple(A.shape)}, B {tuple(Bm.shape)}")
     passed("einsum_matmul: works with any number of leading batch axes, like @")

@@ -86,7 +86,7 @@ def _decoder_hint(name):
         return ("x = ln1(x + self_attn(x, mask=causal & self_mask)); x = ln2(x + cross_attn(x, kv=memory, "
                 "mask=memory_mask)); x = ln3(x + ff(x))")
     if "causal" in name:
-        return f"your block computes {name}: build torch.ones(T, T, dtype=torch.bool).tril() in forward"
+        return f"your block computes {name}: build the (T, T) lower-triangular mask inside forward"
     return f"your block computes {name}"
 
 
