@@ -146,21 +146,28 @@ def split_last_values(split_last) -> None:
 
 
 def split_last_error(split_last) -> None:
+    """ValueError when n does not divide D, and only then (a divisible D still splits, here on a 2-D x)."""
     x = torch.randn(2, 10)
     try:
         out = split_last(x, 3)
     except ValueError:
-        passed("split_last: raises ValueError when D is not divisible by n")
-        return
+        out = None
     except NotImplementedError:
         call(split_last, x, 3, name="split_last", reread=SEC_RESHAPE)   # says "not implemented yet"
     except Exception as e:  # noqa: BLE001
         raise CheckFailed(f"split_last(x of shape (2, 10), n=3) raised {type(e).__name__}, not ValueError",
                           hint="check `D % n` first and `raise ValueError(...)` with a message that names D and n",
                           reread=SEC_RESHAPE) from None
-    raise CheckFailed("split_last(x of shape (2, 10), n=3) did not raise", reread=SEC_RESHAPE,
-                      hint="10 channels cannot be split into 3 equal groups: raise ValueError",
-                      details=[f"it returned {type(out).__name__}"])
+    else:
+        raise CheckFailed("split_last(x of shape (2, 10), n=3) did not raise", reread=SEC_RESHAPE,
+                          hint="10 channels cannot be split into 3 equal groups: raise ValueError",
+                          details=[f"it returned {type(out).__name__}"])
+    x = torch.randn(2, 12)
+    out = _split(split_last, x, 4)
+    expect_shape(out, (2, 4, 3), "split_last(x of shape (2, 12), n=4)", reread=SEC_RESHAPE,
+                 hint="12 channels split into 4 groups of 3: only a D that n does not divide is an error")
+    expect_close(out, x.reshape(2, 4, 3), "split_last(x of shape (2, 12), n=4)", reread=SEC_RESHAPE)
+    passed("split_last: raises ValueError when D is not divisible by n, and only then")
 
 
 # ----------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ MISTAKES = [
         raise ValueError("D not divisible by n")
     return x.reshape(B, T, n, D // n)
 ''',
-        must_fail=_SPLIT, hint="don't assume x is 3-D", visible=True),
+        must_fail=_SPLIT + ("test_split_last_error",), hint="don't assume x is 3-D", visible=True),
     Mistake(
         id="split_groups_first", cell="split_last",
         description="reshape(n, ..., D // n): the group axis put in front of the leading axes",
