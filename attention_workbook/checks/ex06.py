@@ -378,18 +378,21 @@ def _block_hint(name, pre_ln):
     return f"your block computes {name}"
 
 
-def _check_heads(block, n_heads, reread=SEC_BLOCK):
-    """The attention was built with the n_heads the block was given (not a fixed number)."""
-    got = getattr(block.attn, "n_heads", n_heads)
-    if isinstance(got, int) and got != n_heads:
-        raise CheckFailed(f"TransformerBlock(..., n_heads={n_heads}) built its attention with {got} heads", reread=reread,
-                          hint="pass the block's n_heads argument on to MultiHeadAttention, do not fix the number")
+def _check_heads(cls, pre_ln, reread=SEC_BLOCK):
+    """The attention is built with the n_heads the block is given, for several values (not a fixed number)."""
+    for n_heads in (1, 2, 8):
+        block = _block(cls, 16, n_heads, 32, pre_ln=pre_ln)
+        got = getattr(block.attn, "n_heads", n_heads)
+        if isinstance(got, int) and got != n_heads:
+            raise CheckFailed(f"TransformerBlock(16, n_heads={n_heads}, ...) built its attention with {got} heads",
+                              reread=reread,
+                              hint="pass the block's n_heads argument on to MultiHeadAttention, do not fix the number")
 
 
 def _check_block(cls, pre_ln, mask_kind=None, seed=0, n_heads=4):
     torch.manual_seed(seed)
+    _check_heads(cls, pre_ln)
     block = _block(cls, 16, n_heads, 32, pre_ln=pre_ln).eval()
-    _check_heads(block, n_heads)
     randomize_(block, seed)
     x = torch.randn(2, 5, 16)
     mask = None
@@ -574,13 +577,13 @@ def _check_loader(fn, norm_first, seed, n_heads=4):
 
 def from_torch_post_ln(from_torch_encoder_layer) -> None:
     """A post-LN (default) nn.TransformerEncoderLayer loaded into your block: same outputs."""
-    _check_loader(from_torch_encoder_layer, False, seed=11)
+    _check_loader(from_torch_encoder_layer, False, seed=11, n_heads=2)
     passed("from_torch_encoder_layer: same outputs as nn.TransformerEncoderLayer (post-LN) to 1e-5")
 
 
 def from_torch_pre_ln(from_torch_encoder_layer) -> None:
     """A norm_first=True layer loaded into your block: same outputs."""
-    _check_loader(from_torch_encoder_layer, True, seed=12, n_heads=2)
+    _check_loader(from_torch_encoder_layer, True, seed=12, n_heads=8)
     passed("from_torch_encoder_layer: same outputs as nn.TransformerEncoderLayer(norm_first=True) to 1e-5")
 
 

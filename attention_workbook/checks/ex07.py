@@ -34,11 +34,14 @@ def _decoder(cls, D=16, H=4, d_ff=32):
             raise CheckFailed(f"your DecoderBlock has no sub-module `{attr}`",
                               hint="use the names of the exercise: self_attn, cross_attn, ff, ln1, ln2, ln3",
                               reread=SEC_DEC)
-    for attr in ("self_attn", "cross_attn"):
-        got = getattr(getattr(block, attr), "n_heads", H)
-        if isinstance(got, int) and got != H:
-            raise CheckFailed(f"DecoderBlock(..., n_heads={H}) built its {attr} with {got} heads", reread=SEC_DEC,
-                              hint="pass the block's n_heads argument on to both attentions, do not fix the number")
+    for h in (1, 2, 8):      # n_heads is passed on, whatever its value (not a fixed number)
+        other = call(cls, D, h, d_ff, name="DecoderBlock", reread=SEC_DEC)
+        for attr in ("self_attn", "cross_attn"):
+            got = getattr(getattr(other, attr, None), "n_heads", h)
+            if isinstance(got, int) and got != h:
+                raise CheckFailed(f"DecoderBlock({D}, n_heads={h}, ...) built its {attr} with {got} heads",
+                                  reread=SEC_DEC, hint="pass the block's n_heads argument on to both attentions, "
+                                                       "do not fix the number")
     return block
 
 
@@ -202,7 +205,7 @@ def decoder_masks(DecoderBlock) -> None:
 # ----------------------------------------------------------------------------------------
 # Seq2SeqTransformer
 # ----------------------------------------------------------------------------------------
-def _model(cls, src_vocab=11, tgt_vocab=13, pad_id=0, seed=0, d_model=32, n_heads=4):
+def _model(cls, src_vocab=11, tgt_vocab=13, pad_id=0, seed=0, d_model=18, n_heads=3):
     torch.manual_seed(seed)
     model = call(cls, src_vocab, tgt_vocab, d_model=d_model, n_heads=n_heads, d_ff=64, n_layers=2, max_len=16,
                  pad_id=pad_id, name="Seq2SeqTransformer", reread=SEC_S2S)
@@ -270,7 +273,7 @@ def seq2seq_source(Seq2SeqTransformer) -> None:
 
 def seq2seq_padding(Seq2SeqTransformer) -> None:
     """Extra padding at the end of the source changes nothing (pad_id 0, and pad_id 3 with 3 heads)."""
-    for pad, d_model, n_heads in ((0, 32, 4), (3, 18, 3)):
+    for pad, d_model, n_heads in ((0, 32, 4), (3, 18, 3)):   # other pad_id and number of heads
         model = _model(Seq2SeqTransformer, seed=3, pad_id=pad, d_model=d_model, n_heads=n_heads)
         src = torch.tensor([[4, 9, 2, 7, 5, 0, 0], [1, 1, 8, 0, 0, 0, 0]])
         src = torch.where(src == 0, pad, src)

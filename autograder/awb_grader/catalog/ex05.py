@@ -119,7 +119,7 @@ MISTAKES = [
                     "(B, 1, 1, S) padding mask no longer lines up with (B, H, T, S)",
         source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
                     'scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))'),
-        must_fail=("test_mha_mask",), hint="broadcast", visible=True),
+        must_fail=("test_mha_mask", "test_mha_weights", "test_mha_cross"), hint="broadcast", visible=True),
     Mistake(
         id="mask_wrong_axis", cell="MultiHeadAttention",
         description="the mask transposed (applied to the query axis instead of the key axis)",

@@ -414,12 +414,13 @@ MISTAKES = [
         description="hidden width fixed at 4 * d_model (the usual value) instead of the d_ff argument",
         source=edit(A, "FeedForward", ("nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)",
                                        "nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model)")),
-        must_fail=("test_feedforward_structure",), hint="d_ff", visible=True),
+        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff",
+        visible=True),
     Mistake(
         id="block_fixed_heads", cell="TransformerBlock",
         description="the attention always gets 4 heads, whatever n_heads says",
         source=edit(A, "TransformerBlock", ("MultiHeadAttention(d_model, n_heads)", "MultiHeadAttention(d_model, 4)")),
-        must_fail=("test_block_post_ln", "test_block_mask"), hint="n_heads", visible=True),
+        must_fail=_BLOCK_ALL + _LOADER, hint="n_heads", visible=True),
     Mistake(
         id="count_math_pow", cell="block_param_count",
         description="counts with math.pow, which returns a float: the right number, but not an integer",
@@ -430,7 +431,7 @@ MISTAKES = [
         description="builds the block with 4 heads instead of reading layer.self_attn.num_heads",
         source=edit(A, "from_torch_encoder_layer", ("TransformerBlock(sa.embed_dim, sa.num_heads,",
                                                     "TransformerBlock(sa.embed_dim, 4,")),
-        must_fail=("test_from_torch_pre_ln",), hint="num_heads", visible=True),
+        must_fail=_LOADER, hint="num_heads", visible=True),
 ]
 
 ALTERNATIVES = [

@@ -269,7 +269,9 @@ MISTAKES = [
         source=edit(A, "DecoderBlock", ("""        self.self_attn = MultiHeadAttention(d_model, n_heads)
         self.cross_attn = MultiHeadAttention(d_model, n_heads)""", """        self.self_attn = MultiHeadAttention(d_model, 4)
         self.cross_attn = MultiHeadAttention(d_model, 4)""")),
-        must_fail=("test_decoder_masks",), hint="n_heads", visible=True),
+        must_fail=("test_decoder_shapes", "test_decoder_values", "test_decoder_causal", "test_decoder_masks",
+                   "test_seq2seq_shapes", "test_seq2seq_causal", "test_seq2seq_source", "test_seq2seq_padding"),
+        hint="n_heads", visible=True),
     Mistake(
         id="s2s_pad_is_zero", cell="Seq2SeqTransformer",
         description="masks the token id 0 as padding instead of the pad_id the model was built with",

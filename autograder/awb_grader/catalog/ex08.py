@@ -232,7 +232,7 @@ MISTAKES = [
         id="gpt_all_positions", cell="GPT",
         description="adds all block_size position vectors: right only for T == block_size",
         source=edit(A, "GPT", ("self.pos_emb(torch.arange(T, device=idx.device))", "self.pos_emb.weight")),
-        must_fail=("test_gpt_forward",), hint="positions 0..T-1", visible=True),
+        must_fail=("test_gpt_forward", "test_gpt_positions_tying"), hint="positions 0..T-1", visible=True),
     Mistake(
         id="generate_one_prompt", cell="generate",
         description="samples from the first row's probabilities only: right for a single prompt (B = 1)",
