@@ -326,7 +326,7 @@ MISTAKES = [
     D = d_model
     return 3 * D * D + (3 * D if bias else 0) + 2 * D * d_ff + (d_ff + D if bias else 0) + 4 * D
 ''',
-        must_fail=("test_block_param_count",), hint=None),
+        must_fail=("test_block_param_count",), hint="W_o forgotten"),
     Mistake(
         id="count_bias_false_drops_layernorm_bias", cell="block_param_count",
         description="bias=False also removes the LayerNorm biases",
