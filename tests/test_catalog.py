@@ -1,6 +1,12 @@
 """Every catalogued mistake loses points under nbgrader, every correct alternative and the
 solution notebook itself get full marks. Each exercise's variants are autograded together in
-one throwaway course (one nbgrader generate_assignment, one autograde per variant)."""
+one throwaway course (one nbgrader generate_assignment, one autograde per variant).
+
+The grading kernels run with every Python warning turned on (PYTHONWARNINGS=always): nbgrader
+scores a test cell that writes to stderr 0, and a warning must never cost points, so the
+alternatives (some written to raise warnings) must still get full marks. A contract-breaking
+mistake (``visible=True``) may lose points only in cells whose visible check already fails
+(tests/test_visible_hints.py shows that part in-process)."""
 
 import pytest
 
@@ -11,7 +17,8 @@ from awb_grader.variants import error_text, grade_variants, solution_cells
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
-def test_catalog(assignment, tmp_path):
+def test_catalog(assignment, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "always")   # inherited by the grading kernels
     mistakes = catalog.mistakes(assignment)
     alternatives = catalog.alternatives(assignment)
     variants = {"reference": {}}
@@ -31,6 +38,11 @@ def test_catalog(assignment, tmp_path):
         kept = [c for c in m.must_fail if scores.get(c) is None or scores[c] >= graded.max_scores[c]]
         if kept:
             problems.append(f"{m.id}: kept full points on {kept} (scores {scores})")
+        if m.visible:
+            surprise = [c for c, sc in scores.items() if sc < graded.max_scores[c] and c not in m.must_fail]
+            if surprise:
+                problems.append(f"{m.id} breaks only the contract, yet loses points in {surprise}, "
+                                "cells its must_fail does not name (and whose visible check need not fail)")
         if m.hint:
             nb = graded.autograded(student, assignment)
             texts = [error_text(nb, c) for c in m.must_fail]

@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 04 (softmax, masks, scaled dot-product attention)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "04_queries_keys_values"
 
 _SDPA_ALL = ("test_sdpa_values", "test_sdpa_causal", "test_sdpa_padding")
 
@@ -31,7 +33,7 @@ MISTAKES = [
     e = shifted.exp()
     return e / e.sum(dim=-1, keepdim=True)
 ''',
-        must_fail=("test_softmax_dim",), hint="dim="),
+        must_fail=("test_softmax_dim",), hint="dim=", visible=True),
     Mistake(
         id="softmax_global_max", cell="softmax", label="softmax with the global max",
         description="subtracts the global maximum instead of each row's: rows far below it underflow to 0/0",
@@ -68,7 +70,7 @@ MISTAKES = [
         source='''def causal_mask(T):
     return torch.tril(torch.ones(T, T))
 ''',
-        must_fail=("test_causal_mask",), hint="torch.bool"),
+        must_fail=("test_causal_mask",), hint="torch.bool", visible=True),
     Mistake(
         id="padding_mask_queries", cell="padding_mask", label="padding mask on the query axis",
         description="padding mask on the query axis (B, T, 1): keys and queries swapped",
@@ -178,7 +180,7 @@ MISTAKES = [
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 ''',
-        must_fail=("test_sdpa_shapes", "test_sdpa_values", "test_sdpa_padding")),
+        must_fail=_SDPA_ALL + ("test_sdpa_shapes",), hint="only for 3-D inputs", visible=True),
     Mistake(
         id="sdpa_k_dot_T", cell="scaled_dot_product_attention", label="k.T on a batch",
         description="uses k.T, which reverses every axis of a batched tensor, instead of k.transpose(-2, -1)",
@@ -189,7 +191,25 @@ MISTAKES = [
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 ''',
-        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="shape"),
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="shape", visible=True),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="sdpa_bmm_3d_only", cell="scaled_dot_product_attention",
+        description="torch.bmm with k.permute(0, 2, 1): right for (B, T, d) inputs only, fails with no or two batch axes",
+        source=edit(A, "scaled_dot_product_attention",
+                    ("q @ k.transpose(-2, -1)", "torch.bmm(q, k.permute(0, 2, 1))"),
+                    ("return weights @ v, weights", "return torch.bmm(weights, v), weights")),
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="only for 3-D inputs", visible=True),
+    Mistake(
+        id="sdpa_mask_gets_batch_axis", cell="scaled_dot_product_attention",
+        description="adds a batch axis to the mask (mask[None]): right for a (T, T) mask on 3-D inputs only",
+        source=edit(A, "scaled_dot_product_attention", ("scores.masked_fill(~mask,", "scores.masked_fill(~mask[None],")),
+        must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="as it is", visible=True),
+    Mistake(
+        id="padding_mask_2d", cell="padding_mask",
+        description="padding mask of shape (B, T), without the axis that broadcasts over the queries",
+        source=edit(A, "padding_mask", ("[:, None, :]  # (B, 1, T)", "  # (B, T)")),
+        must_fail=("test_padding_mask",), hint="(B, 1, T)", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -387,7 +407,7 @@ MISTAKES += [
     weights = torch.softmax(scores, dim=-1)
     return torch.einsum("bqk,bkv->bqv", weights, v), weights
 ''',
-        must_fail=("test_einsum_batch_dims",), hint="'...'"),
+        must_fail=("test_einsum_batch_dims",), hint="'...'", visible=True),
     Mistake(
         id="einsum_mask_after_softmax", cell="einsum_attention", label="einsum: mask after the softmax",
         description="mask applied to the weights after the softmax",
@@ -495,6 +515,23 @@ MISTAKES += [
         return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
 ''',
         must_fail=_HEAD_VALUES, hint="returns only the output"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="bilinear_bmm_3d_only", cell="bilinear_scores",
+        description="torch.bmm and transpose(1, 2): right for (B, T, d) inputs only",
+        source=edit(A, "bilinear_scores", ("return (q @ W) @ k.transpose(-2, -1)", "return torch.bmm(q @ W, k.transpose(1, 2))")),
+        must_fail=_BIL, hint="only for 3-D inputs", visible=True),
+    Mistake(
+        id="additive_axes_from_the_front", cell="additive_scores",
+        description="unsqueeze(1) and unsqueeze(2) counted from the front: right for (B, T, d) inputs only",
+        source=edit(A, "additive_scores", ("(k @ W1.T).unsqueeze(-3)", "(k @ W1.T).unsqueeze(1)"),
+                    ("(q @ W2.T).unsqueeze(-2)", "(q @ W2.T).unsqueeze(2)")),
+        must_fail=_ADD, hint="only for 3-D inputs", visible=True),
+    Mistake(
+        id="head_mask_gets_batch_axis", cell="SelfAttentionHead",
+        description="adds a batch axis to the mask (mask[None]): right for a (T, T) causal mask only",
+        source=edit(A, "SelfAttentionHead", ("scores.masked_fill(~mask,", "scores.masked_fill(~mask[None],")),
+        must_fail=("test_head_mask",), hint="as it is", visible=True),
 ]
 
 ALTERNATIVES += [
@@ -549,4 +586,10 @@ ALTERNATIVES += [
         return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)
 ''',
         }),
+    Alternative(
+        id="warnings_torch_range_mask",
+        description="causal mask compared from torch.range positions (deprecated: torch warns on every call): "
+                    "correct, so full marks, warnings or not",
+        cells={"causal_mask": edit(A, "causal_mask", ("return torch.ones(T, T, dtype=torch.bool).tril()",
+                                                      "return torch.range(0, T - 1)[None, :] <= torch.range(0, T - 1)[:, None]"))}),
 ]

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from attention_workbook.checks.core import forbid, softmax_builtins
 
-from ._base import CheckFailed, call, close, fail_values, own_code, randint, rng
+from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
 
@@ -401,3 +401,6 @@ def head_mask(SelfAttentionHead) -> None:
     g = rng(418)
     for kind in ("causal", "padding", "causal", "padding"):
         _head_case(SelfAttentionHead, g, kind)
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)
