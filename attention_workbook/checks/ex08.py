@@ -21,7 +21,7 @@ LECTURE = "lectures/08_train_a_gpt.ipynb"
 SEC_DATA = f"lecture 08, section 3 'The data' ({LECTURE}#data)"
 SEC_MODEL = f"lecture 08, section 4 'The model' ({LECTURE}#model)"
 SEC_SCHEDULE = f"lecture 08, section 5 'The optimizer and the learning-rate schedule' ({LECTURE}#schedule)"
-SEC_GENERATE = f"lecture 08, section 7 'Generating text' ({LECTURE}#generation)"
+SEC_GENERATE = f"lecture 08, section 8 'Generating text' ({LECTURE}#generation)"
 
 
 @contextlib.contextmanager
