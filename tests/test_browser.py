@@ -39,7 +39,7 @@ WRONG_SOFTMAX = '''def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in the visible tab
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one server, one browser
 
 try:
     from playwright import sync_api as playwright_api
