@@ -19,7 +19,7 @@ help:
 	@echo "make lab            JupyterLab on the lectures and exercises"
 	@echo "make release        regenerate exercises/ from solutions/ (nbgrader generate_assignment)"
 	@echo "make check-release  is exercises/ in sync with solutions/?"
-	@echo "make links          rewrite Colab badges and setup cells from pyproject's repository URL"
+	@echo "make links          rewrite Colab badges and setup cells and release tag in pyproject, then exercises/"
 	@echo "make bench          autograde cost against a bare nbclient run"
 	@echo "make cohort SUBMISSIONS=lms.zip   grade a whole cohort (every exercise): CSV, feedback, summary"
 	@echo "make adversarial    grade the adversarial cohort (hostile/broken submissions) and print the summary"
@@ -57,6 +57,7 @@ check-release: $(STAMP)
 
 links: $(STAMP)
 	$(BIN)/python tools/nbsrc.py sync-links
+	$(BIN)/python -m awb_grader release
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_autograde.py

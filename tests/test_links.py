@@ -16,7 +16,47 @@ NOTEBOOKS = nbsrc.all_notebooks() + sorted(REPO.glob("exercises/*/*.ipynb"))
 
 
 def test_fallback_constants_match_pyproject():
-    assert config.repository() == (config.REPOSITORY, config.BRANCH)
+    assert config.repository() == (config.REPOSITORY, config.RELEASE)
+
+
+def test_release_is_the_package_version():
+    """Colab installs the tag `release`: the package it gets must be the version pyproject names."""
+    import re
+
+    import attention_workbook
+
+    version = re.search(r'^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert config.RELEASE == f"v{version}"
+    assert attention_workbook.__version__ == version
+
+
+def test_colab_gets_the_release_not_a_branch():
+    url, release = config.repository()
+    source = config.setup_cell_source()
+    assert f'release="{release}"' in source and f'repo="{url}"' in source
+    assert 'f"git+{repo}@{release}"' in source
+    assert "@main" not in source and "check=True" not in source, "a failed install must not raise CalledProcessError"
+    assert f"/blob/{release}/" in config.colab_badge("lectures/00_tensor_shapes.ipynb")
+    compile(source, "setup cell", "exec")
+
+
+def test_sync_links_is_idempotent(tmp_path, monkeypatch):
+    """`make links` twice changes nothing the second time (the lead re-runs it after merges)."""
+    import shutil
+
+    monkeypatch.setattr(nbsrc, "ROOT", tmp_path)
+    for rel in ("lectures/00_tensor_shapes.ipynb", "solutions/04_queries_keys_values/04_queries_keys_values.ipynb"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        nb = nbformat.read(REPO / rel, as_version=4)
+        for cell in nb.cells:  # an old notebook: badge and setup cell from another release
+            if {"awb-badge", "awb-setup"} & set(cell.metadata.get("tags", [])):
+                cell.source = "stale"
+        nbformat.write(nb, tmp_path / rel)
+    copies = sorted(tmp_path.rglob("*.ipynb"))
+    assert nbsrc.sync_links(copies) == copies
+    first = [p.read_bytes() for p in copies]
+    assert nbsrc.sync_links(copies) == []
+    assert [p.read_bytes() for p in copies] == first
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
