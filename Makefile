@@ -2,6 +2,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# Which build of PyTorch the new environment gets (tools/install_torch.py): auto = the CPU build
+# where there is no NVIDIA GPU, the default (CUDA) build where there is one; pypi = pip's own
+# indexes; or an index URL. It applies when .venv is created (rm -rf .venv to change it).
+TORCH_INDEX ?= auto
 STAMP  := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)/autograder$(if $(PYTHONPATH),:$(PYTHONPATH))
 export MPLBACKEND := Agg
@@ -15,7 +19,7 @@ help:
 	@echo "make lab            JupyterLab on the lectures and exercises"
 	@echo "make release        regenerate exercises/ from solutions/ (nbgrader generate_assignment)"
 	@echo "make check-release  is exercises/ in sync with solutions/?"
-	@echo "make links          rewrite Colab badges and setup cells from pyproject's repository URL"
+	@echo "make links          rewrite Colab badges and setup cells and release tag in pyproject, then exercises/"
 	@echo "make bench          autograde cost against a bare nbclient run"
 	@echo "make cohort SUBMISSIONS=lms.zip   grade a whole cohort (every exercise): CSV, feedback, summary"
 	@echo "make adversarial    grade the adversarial cohort (hostile/broken submissions) and print the summary"
@@ -25,7 +29,10 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt -e .
+	$(BIN)/python tools/install_torch.py --index "$(TORCH_INDEX)"
+	@# setuptools' note on every editable install of a flat layout ("folders in your working
+	@# directory with the same name as your package may take precedence"): that folder is the package
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -r requirements.txt -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -50,6 +57,7 @@ check-release: $(STAMP)
 
 links: $(STAMP)
 	$(BIN)/python tools/nbsrc.py sync-links
+	$(BIN)/python -m awb_grader release
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_autograde.py

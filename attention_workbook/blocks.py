@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from .mha import MultiHeadAttention
+from .mha import MultiHeadAttention, attention, merge_heads, split_heads
 
 
 class FeedForward(nn.Module):
@@ -311,6 +312,73 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int
         if done.all():
             break
     return ys
+
+
+def _cached_attention(attn: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      keep: torch.Tensor | None) -> torch.Tensor:
+    """One new query per sequence against stored keys/values: q (B, 1, D), k, v (B, S, D),
+    keep (B, S) True = real key  ->  W_o(attention) (B, 1, D)."""
+    H = attn.n_heads
+    mask = None if keep is None else keep[:, None, None, :]                 # (B, 1, 1, S)
+    y, _ = attention(split_heads(q, H), split_heads(k, H), split_heads(v, H), mask)
+    return attn.W_o(merge_heads(y))
+
+
+@torch.no_grad()
+def greedy_decode_cached(model: "Seq2SeqTransformer", src: torch.Tensor, max_len: int, bos_id: int,
+                         eos_id: int) -> torch.Tensor:
+    """``greedy_decode`` with a key/value cache: the same tokens, far fewer operations.
+
+    The source is encoded once, and each decoder block's cross-attention keys and values are
+    projected from it once. Each step runs only the newest target token through the decoder:
+    its self-attention query meets the keys and values of all earlier positions, which are
+    stored (the cache) instead of recomputed, because causal masking means earlier positions
+    never change. Needs a :class:`Seq2SeqTransformer` in eval mode.
+    """
+    cfg, D = model.cfg, model.cfg.d_model
+    memory = model.encode(src)                                               # (B, S, D), once
+    keep_src = src != cfg.pad_id                                             # (B, S)
+    cross_kv = []                                                            # per block: (B, S, D) x 2
+    for block in model.decoder:
+        W, b = block.cross_attn.W_qkv.weight[D:], block.cross_attn.W_qkv.bias
+        cross_kv.append(F.linear(memory, W, None if b is None else b[D:]).split(D, dim=-1))
+    cache = [None] * len(model.decoder)                                      # per block: keys, values so far
+    B = src.size(0)
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)    # (B, 1)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for t in range(max_len):
+        x = model.tgt_emb(ys[:, -1:]) * math.sqrt(D) + model.pos[t:t + 1]   # (B, 1, D) newest token
+        keep_tgt = ys != cfg.pad_id                                          # (B, t + 1)
+        for i, block in enumerate(model.decoder):
+            h = block.ln1(x) if block.pre_ln else x                          # self-attention input
+            q, k, v = block.self_attn.W_qkv(h).split(D, dim=-1)              # 3 x (B, 1, D)
+            if cache[i] is not None:
+                k, v = torch.cat([cache[i][0], k], dim=1), torch.cat([cache[i][1], v], dim=1)
+            cache[i] = (k, v)                                                # (B, t + 1, D) each
+            a = _cached_attention(block.self_attn, q, k, v, keep_tgt)
+            if block.pre_ln:
+                x = x + a
+                qc = F.linear(block.ln2(x), *_query_rows(block.cross_attn))
+                x = x + _cached_attention(block.cross_attn, qc, *cross_kv[i], keep_src)
+                x = x + block.ff(block.ln3(x))
+            else:
+                x = block.ln1(x + a)
+                qc = F.linear(x, *_query_rows(block.cross_attn))
+                x = block.ln2(x + _cached_attention(block.cross_attn, qc, *cross_kv[i], keep_src))
+                x = block.ln3(x + block.ff(x))
+        nxt = model.head(model.dec_ln(x))[:, -1].argmax(dim=-1)             # (B,)
+        nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys
+
+
+def _query_rows(attn: MultiHeadAttention):
+    """(weight, bias) of the query projection: the first D rows of W_qkv."""
+    D, b = attn.d_model, attn.W_qkv.bias
+    return attn.W_qkv.weight[:D], None if b is None else b[:D]
 
 
 def count_params(model: nn.Module) -> int:

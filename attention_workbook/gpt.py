@@ -204,17 +204,35 @@ def lr_at(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: f
         return max_lr * (step + 1) / warmup_steps
     if step >= max_steps:
         return min_lr
-    ratio = (step - warmup_steps) / (max_steps - warmup_steps)   # 0 -> 1
+    return cosine_decay((step - warmup_steps) / (max_steps - warmup_steps), max_lr, min_lr)
+
+
+def cosine_decay(ratio: float, max_lr: float, min_lr: float) -> float:
+    """Half a cosine from ``max_lr`` (ratio 0) down to ``min_lr`` (ratio 1 and beyond)."""
+    ratio = min(max(ratio, 0.0), 1.0)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+
+def lr_in_budget(step: int, seconds: float, warmup_steps: int, warmup_seconds: float, max_seconds: float,
+                 max_lr: float, min_lr: float) -> float:
+    """The schedule of :func:`lr_at` laid over a time budget instead of a step count.
+
+    The warmup still counts steps (it is about the optimizer's first updates); after it, the
+    cosine runs over the *training seconds* left: ``seconds`` spent so far, ``warmup_seconds``
+    spent when the warmup ended, ``max_seconds`` the budget. So the rate reaches ``min_lr``
+    exactly when the budget is spent, however many steps this CPU or GPU manages in it.
+    """
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    return cosine_decay((seconds - warmup_seconds) / max(max_seconds - warmup_seconds, 1e-9), max_lr, min_lr)
 
 
 def get_batch(data: torch.Tensor, block_size: int, batch_size: int,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``batch_size`` random windows of ``data`` (1-D token ids): x (B, T) and y = x shifted by one."""
-    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # window starts
-    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])          # (B, T)
-    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])  # (B, T) next characters
-    return x, y
+    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,) window starts
+    idx = (ix[:, None] + torch.arange(block_size)).to(data.device)          # (B, T) positions in data
+    return data[idx], data[idx + 1]                                         # x, y = x shifted by one
 
 
 # ----------------------------------------------------------------------------- configurations
@@ -250,6 +268,9 @@ class TrainConfig:
     seed: int = 1337
     threads: int | None = None    # torch.set_num_threads on CPU (None: leave PyTorch's default)
     precision: str = "auto"       # "auto" (see amp_dtype), "fp32", "bf16" or "fp16"
+    compile: bool | str = False   # torch.compile the model (True, or a mode such as "max-autotune"); off:
+                                  # it needs a working compiler toolchain and can fail on older GPUs
+    max_seconds: float | None = None  # a time budget: train this many seconds (then max_iters is only a cap)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -271,20 +292,27 @@ PRESETS: dict[str, TrainConfig] = {
     "smoke": TrainConfig("smoke", GPTConfig(block_size=32, n_layer=1, n_head=2, d_model=32, bias=False),
                          batch_size=8, max_iters=30, lr=3e-3, min_lr=3e-4, warmup_iters=5, precision="fp32", threads=1,
                          eval_interval=15, eval_iters=4),
-    # tuned to beat nanoGPT's CPU recipe in the same time on a 2-core CPU (about 80 s of training;
-    # benchmarks/bench_gpt_cpu.py, results/): wider and shallower, batch 32, higher learning rate,
-    # no biases, no dropout, GELU, tied embeddings, bf16 autocast where the CPU has native bf16
+    # a 240 s time budget (what nanoGPT's CPU recipe takes on the 2-core development machine), tuned
+    # to beat that recipe in the same wall time (benchmarks/bench_gpt_cpu.py, results/): wider and
+    # shallower, batch 32, a higher learning rate, no biases, no dropout, GELU, tied embeddings,
+    # bf16 autocast where the CPU has native bf16; one thread (this model's matrices are too small
+    # for a second one to pay: 1 thread made about 1.4x the steps of 2 here); the schedule is laid
+    # over the seconds
     "cpu": TrainConfig("cpu", GPTConfig(block_size=64, n_layer=3, n_head=4, d_model=192, bias=False),
-                       batch_size=32, max_iters=750, lr=2e-3, min_lr=2e-4, warmup_iters=50,
-                       weight_decay=0.1, eval_interval=250, eval_iters=20),
-    # nanoGPT's shakespeare-char model, for a free Colab T4 (fp16 + GradScaler); not yet timed
+                       batch_size=32, max_iters=1_000_000, lr=3e-3, min_lr=3e-4, warmup_iters=50,
+                       weight_decay=0.1, eval_interval=250, eval_iters=20, max_seconds=240, threads=1),
+    # nanoGPT's shakespeare-char model (6 x 6 x 384, context 256, batch 64, dropout 0.2) for a free
+    # Colab T4 (fp16 + GradScaler there). 2000 steps, not nanoGPT's 5000: on an H100 its validation
+    # loss is lowest near step 1750 (1.46) and then rises as it overfits the 1 MB text (1.73 at 5000);
+    # nanoGPT reports the best checkpoint (results/gpt_shakespeare.md)
     "t4": TrainConfig("t4", GPTConfig(block_size=256, n_layer=6, n_head=6, d_model=384, dropout=0.2),
-                      batch_size=64, max_iters=5000, lr=1e-3, min_lr=1e-4, warmup_iters=100,
+                      batch_size=64, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=100,
                       eval_interval=250, eval_iters=100),
-    # the same recipe in bf16 with a larger context, for an A100 / H100 class GPU; not yet timed
-    "large-gpu": TrainConfig("large-gpu", GPTConfig(block_size=256, n_layer=8, n_head=8, d_model=512, dropout=0.2),
-                             batch_size=64, max_iters=5000, lr=6e-4, min_lr=6e-5, warmup_iters=200,
-                             eval_interval=250, eval_iters=100),
+    # the same model for an A100 / H100 class GPU (bf16): twice the batch, twice the rate, 1200
+    # steps; on an H100 it reaches val <= 1.50 in about 15 s of training (results/gpt_shakespeare.md)
+    "large-gpu": TrainConfig("large-gpu", GPTConfig(block_size=256, n_layer=6, n_head=6, d_model=384, dropout=0.2),
+                             batch_size=128, max_iters=1200, lr=2e-3, min_lr=1e-4, warmup_iters=100,
+                             eval_interval=200, eval_iters=50),
 }
 
 # nanoGPT's README recipe for a CPU (the figure lecture 08 compares against)
@@ -303,26 +331,63 @@ def pick_device() -> str:
     return "cpu"
 
 
-def cpu_has_fast_bf16() -> bool:
+def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True on CPUs with bf16 dot-product instructions (AVX512-BF16 or AMX): there bf16 autocast
-    is faster than float32; on other CPUs it is emulated and much slower."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    is faster than float32; on other CPUs it is emulated and much slower. ``cpuinfo``: the text
+    of /proc/cpuinfo (read from the machine when not given)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def gpu_has_native_bf16(index: int = 0) -> bool:
+    """True on GPUs that compute bf16 in hardware: compute capability 8.0 and newer (A100, H100,
+    RTX 30xx/40xx, L4). Not ``torch.cuda.is_bf16_supported()``: by default that also answers True
+    where bf16 is only *emulated* (a T4, capability 7.5), which is slower than fp16 there."""
+    major, _ = torch.cuda.get_device_capability(index)
+    return major >= 8
+
+
 def amp_dtype(device: str, precision: str = "auto") -> torch.dtype | None:
-    """Autocast dtype. "auto": bf16 on GPUs that have it (Ampere and newer), fp16 on older ones
-    (a T4, with a GradScaler), bf16 on CPUs with native bf16, else None (plain float32)."""
+    """Autocast dtype. "auto": bf16 on GPUs with native bf16 (compute capability >= 8.0), fp16
+    on older ones (a T4, with a GradScaler), bf16 on CPUs with native bf16, else None (float32)."""
     if precision != "auto":
         return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    if device == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        return torch.bfloat16 if gpu_has_native_bf16(index) else torch.float16
     if device == "cpu" and cpu_has_fast_bf16():
         return torch.bfloat16
     return None
+
+
+# dense (not sparse) tensor-core peak of each GPU in TFLOP/s for bf16/fp16, from the data sheets
+GPU_PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0), ("L4", 121.0),
+                   ("A10G", 125.0), ("T4", 65.0), ("V100", 125.0)]
+
+
+def gpu_peak_tflops(name: str) -> float | None:
+    """The data-sheet bf16/fp16 peak of a GPU by (part of) its name, None if unknown."""
+    return next((peak for key, peak in GPU_PEAK_TFLOPS if key in name), None)
+
+
+def flops_per_token(model: "GPT") -> float:
+    """Training FLOPs per token (forward + backward), nanoGPT's count: 6 N for the weight matrices
+    (N without the position table) + 12 L D T for the attention scores and weighted sums."""
+    return 6 * model.num_params(non_embedding=True) + 12 * model.n_layer * model.d_model * model.block_size
+
+
+def mfu(model: "GPT", tokens_per_s: float, device: str) -> float | None:
+    """Model FLOPs utilisation: the FLOPs the model needs per second / the GPU's peak (None on a CPU
+    or an unknown GPU)."""
+    if not device.startswith("cuda"):
+        return None
+    peak = gpu_peak_tflops(torch.cuda.get_device_name(device))
+    return flops_per_token(model) * tokens_per_s / (peak * 1e12) if peak else None
 
 
 def smoke_mode() -> bool:
@@ -339,8 +404,9 @@ def choose_preset(device: str | None = None, override: str | None = None) -> str
         name = "smoke"
     if not name:
         device = device or pick_device()
-        if device == "cuda":
-            name = "large-gpu" if torch.cuda.is_bf16_supported() and \
+        if device.startswith("cuda"):
+            # an A100 / H100 class GPU (native bf16 and room for the larger model), else the T4 recipe
+            name = "large-gpu" if gpu_has_native_bf16() and \
                 torch.cuda.get_device_properties(0).total_memory > 30e9 else "t4"
         else:
             name = "cpu"
@@ -387,6 +453,27 @@ def estimate_loss(model: nn.Module, splits: dict[str, torch.Tensor], block_size:
         out[name] = total / eval_iters
     model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def val_loss_windows(model: nn.Module, data: torch.Tensor, block_size: int, batch_size: int = 64,
+                     device: str = "cpu", dtype: torch.dtype | None = None) -> float:
+    """Mean loss over *every* consecutive ``block_size`` window of ``data`` (stride block_size):
+    the whole split, each character predicted once, no sampling noise. The yardstick the
+    benchmarks use to compare models (any ``model(x, y) -> (logits, loss)``, nanoGPT's too)."""
+    was_training = model.training
+    model.eval()
+    n = (len(data) - 1) // block_size
+    starts = torch.arange(n) * block_size
+    total = 0.0
+    for i in range(0, n, batch_size):
+        idx = starts[i:i + batch_size, None] + torch.arange(block_size)     # (b, T)
+        x, y = data[idx].to(device), data[idx + 1].to(device)
+        with autocast(device, dtype):
+            _, loss = model(x, y)
+        total += loss.float().item() * len(idx)
+    model.train(was_training)
+    return total / n
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer, cfg: TrainConfig, step: int,
@@ -440,18 +527,31 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
     DDP averages the gradients). Every ``eval_interval`` steps the train/val losses are estimated
     (averaged over ranks), ``on_eval(step, history)`` is called and, on rank 0, a checkpoint is
     written to ``ckpt_path``. With ``resume`` and an existing checkpoint the run continues
-    where it stopped. ``max_seconds`` stops early (the wall-clock budget of a benchmark).
-    Returns the history dict (steps, losses, learning rates, tokens/s).
+    where it stopped.
+
+    **Time budget.** With ``cfg.max_seconds`` (or the ``max_seconds`` argument, which wins) the
+    run trains for that many seconds and the learning rate follows :func:`lr_in_budget`: the
+    cosine ends exactly when the budget is spent, whatever the hardware's speed; ``max_iters``
+    is then only a cap. The budget counts training steps only: the loss estimates, the
+    ``on_eval`` callback and checkpoint writes pause the clock (their time is reported
+    separately as ``history["eval_seconds"]``). Under DDP rank 0's clock decides for every rank,
+    so the replicas use the same learning rate and stop at the same step.
+
+    Returns the history dict: per estimate ``step``, ``seconds`` (training seconds so far),
+    ``train``, ``val``; per 10 steps ``loss``, ``lr``, ``elapsed``, ``tokens_per_s``; and
+    ``train_seconds``, ``eval_seconds``, ``last_step``.
     """
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     run = run or RunInfo()
     raw = getattr(model, "module", model)
+    budget = max_seconds if max_seconds is not None else cfg.max_seconds
     if cfg.threads and run.device == "cpu":
         torch.set_num_threads(cfg.threads)
     optimizer = configure_optimizer(raw, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), run.device)
     scaler = torch.amp.GradScaler("cuda") if run.dtype == torch.float16 else None
-    history = {"step": [], "train": [], "val": [], "lr": [], "tokens_per_s": [], "elapsed": [], "loss": []}
+    history = {"step": [], "seconds": [], "train": [], "val": [], "lr": [], "tokens_per_s": [], "elapsed": [],
+               "loss": [], "train_seconds": 0.0, "eval_seconds": 0.0, "warmup_seconds": None}
     start = 0
     if resume and ckpt_path is not None and Path(ckpt_path).is_file():
         ck = load_checkpoint(ckpt_path, run.device)
@@ -459,7 +559,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         optimizer.load_state_dict(ck["optimizer"])
         if scaler is not None and ck.get("scaler"):
             scaler.load_state_dict(ck["scaler"])
-        history, start = ck["history"], ck["step"]
+        history, start = {**history, **ck["history"]}, ck["step"]
         if run.master and progress:
             print(f"resumed from {ckpt_path} at step {start}")
     g = torch.Generator().manual_seed(cfg.seed + 1000 * run.rank + start)  # each rank its own batches
@@ -467,8 +567,37 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
         g.set_state(ck["rng"])  # the same batches an uninterrupted run would have drawn
     block = raw.block_size
     tokens_per_step = cfg.batch_size * block * run.world_size
+    if run.device.startswith("cuda"):
+        # the whole text fits easily on a GPU: batches are cut there, no copy per step
+        train_data, val_data = train_data.to(run.device), val_data.to(run.device)
+    step_model = model
+    model.train()
+    if cfg.compile:
+        t_compile = time.perf_counter()
+        step_model = torch.compile(model, **({"mode": cfg.compile} if isinstance(cfg.compile, str) else {}))
+        # compile before the clock starts: one forward + backward on a batch of the *same* shape
+        # (from its own generator: the training batches stay the same); no optimizer step
+        xw, yw = get_batch(train_data, block, cfg.batch_size, torch.Generator().manual_seed(12345))
+        with autocast(run.device, run.dtype):
+            _, loss = step_model(xw, yw)
+        loss.backward()
+        for p in raw.parameters():
+            p.grad = None
+        if run.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        history["compile_seconds"] = time.perf_counter() - t_compile
+    spent_before = history["train_seconds"]          # training seconds of the run(s) before a resume
+    clock = {"t0": time.perf_counter(), "paused": 0.0}
+
+    def trained() -> float:
+        """Training seconds so far (this run and any before a resume), evaluation excluded."""
+        if run.device.startswith("cuda"):
+            torch.cuda.synchronize()    # the GPU runs behind the Python loop: count its work too
+        return spent_before + time.perf_counter() - clock["t0"] - clock["paused"]
 
     def evaluate(step: int) -> None:
+        t_eval = time.perf_counter()
+        history["train_seconds"] = trained()
         losses = estimate_loss(raw, {"train": train_data, "val": val_data}, block, cfg.batch_size,
                                cfg.eval_iters, run.device, run.dtype, seed=cfg.seed + run.rank)
         if run.world_size > 1:
@@ -477,6 +606,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             dist.all_reduce(t)
             losses = {"train": t[0].item() / run.world_size, "val": t[1].item() / run.world_size}
         history["step"].append(step)
+        history["seconds"].append(history["train_seconds"])
         history["train"].append(losses["train"])
         history["val"].append(losses["val"])
         if ckpt_path is not None and run.master:
@@ -484,21 +614,51 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             history["checkpoints_written"] = history.get("checkpoints_written", 0) + 1
         if on_eval is not None:
             on_eval(step, history)
+        pause = time.perf_counter() - t_eval
+        clock["paused"] += pause
+        history["eval_seconds"] += pause
 
-    model.train()
-    t0 = time.perf_counter()
-    spent_before = history["elapsed"][-1] if history["elapsed"] else 0.0
-    bar = tqdm(range(start, cfg.max_iters), initial=start, total=cfg.max_iters, disable=not (progress and run.master),
-               desc=f"training ({cfg.name})", unit="step")
+    def shared_clock() -> float:
+        """Rank 0's training seconds, on every rank (one tiny broadcast under DDP)."""
+        s = trained()
+        if run.world_size > 1:
+            import torch.distributed as dist
+            t = torch.tensor([s], dtype=torch.float64, device=run.device)
+            dist.broadcast(t, src=0)
+            s = t.item()
+        return s
+
+    if budget is not None:
+        bar = tqdm(total=round(budget), initial=min(round(spent_before), round(budget)), unit="s",
+                   disable=not (progress and run.master), desc=f"training ({cfg.name}, {budget:.0f} s budget)",
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+    else:
+        bar = tqdm(total=cfg.max_iters, initial=start, disable=not (progress and run.master),
+                   desc=f"training ({cfg.name})", unit="step")
+    shown = min(round(spent_before), round(budget)) if budget is not None else start
+    # how often the budget clock is read: every step on a CPU; every 10 steps on a GPU (reading
+    # it waits for the GPU) or under DDP (rank 0's clock is broadcast), with the rate kept in between
+    every = 10 if run.device.startswith("cuda") or run.world_size > 1 else 1
+    seconds = 0.0
     step = start
-    for step in bar:
-        lr = lr_at(step, cfg.warmup_iters, cfg.max_iters, cfg.lr, cfg.min_lr)
+    while step < cfg.max_iters:
+        if budget is not None and (step - start) % every == 0:
+            seconds = shared_clock()
+            if seconds >= budget:
+                break
+        if budget is not None:
+            if step == cfg.warmup_iters and history["warmup_seconds"] is None:
+                history["warmup_seconds"] = seconds
+            lr = lr_in_budget(step, seconds, cfg.warmup_iters, history["warmup_seconds"] or 0.0, budget,
+                              cfg.lr, cfg.min_lr)
+        else:
+            lr = lr_at(step, cfg.warmup_iters, cfg.max_iters, cfg.lr, cfg.min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(train_data, block, cfg.batch_size, g)
         x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
         with autocast(run.device, run.dtype):
-            _, loss = model(x, y)
+            _, loss = step_model(x, y)
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -510,21 +670,32 @@ def train(model: nn.Module, cfg: TrainConfig, train_data: torch.Tensor, val_data
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
-        done = step + 1
-        if done % 10 == 0 or done == cfg.max_iters:
-            elapsed = time.perf_counter() - t0
-            history["loss"].append((done, loss.item()))
-            history["lr"].append((done, lr))
-            history["elapsed"].append(spent_before + elapsed)
-            history["tokens_per_s"].append((done - start) * tokens_per_step / max(elapsed, 1e-9))
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.1e}", tok_s=f"{history['tokens_per_s'][-1]:,.0f}")
-        if done % cfg.eval_interval == 0 and done < cfg.max_iters:
-            evaluate(done)
-        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
-            break
+        step += 1
+        if step % 10 == 0 or step == cfg.max_iters:
+            loss_value = loss.item()                      # waits for the GPU: the clock below is honest
+            elapsed = trained()
+            history["loss"].append((step, loss_value))
+            history["lr"].append((step, lr))
+            history["elapsed"].append(elapsed)
+            history["tokens_per_s"].append((step - start) * tokens_per_step / max(elapsed - spent_before, 1e-9))
+            if budget is not None:
+                now = min(round(elapsed), round(budget))
+                bar.update(now - shown)
+                shown = now
+            else:
+                bar.update(step - shown)
+                shown = step
+            bar.set_postfix_str(f"step {step}, loss {loss_value:.3f}, lr {lr:.1e}, "
+                                f"{history['tokens_per_s'][-1]:,.0f} tok/s")
+        if step % cfg.eval_interval == 0 and step < cfg.max_iters:
+            evaluate(step)
+    if budget is not None and shown < round(budget) and step < cfg.max_iters:
+        bar.update(round(budget) - shown)              # the budget is spent: show the bar full
+    elif budget is None:
+        bar.update(step - shown)
     bar.close()
-    history["train_seconds"] = spent_before + time.perf_counter() - t0
-    history["last_step"] = step + 1 if cfg.max_iters > start else start
+    history["train_seconds"] = trained()
+    history["last_step"] = step
     if eval_at_end and (not history["step"] or history["step"][-1] != history["last_step"]):
         evaluate(history["last_step"])
     return history
@@ -554,7 +725,7 @@ def head_ablation(model: GPT, val_data: torch.Tensor, batch_size: int = 16, eval
 
     Every measurement uses the same windows (fixed seed), so the differences are not sampling noise.
     """
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     est = lambda: estimate_loss(model, {"val": val_data}, model.block_size, batch_size, eval_iters,
                                 device, seed=seed)["val"]

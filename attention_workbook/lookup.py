@@ -7,6 +7,8 @@ checked by eye:
   turns from a hard lookup into a soft one;
 * a toy Spanish -> English pair with made-up encoder and decoder states
   (``toy_translation``): the cross-attention example of lecture 02;
+* one decoding step that must write a name its vocabulary lacks (``toy_copy``): lecture 02's
+  example of attention used to copy from the source;
 * word vectors with named features for "The man eats breakfast" (``toy_embeddings``): the
   running example of lecture 03.
 
@@ -89,6 +91,44 @@ def toy_translation(d: int = 16, noise: float = 0.35, scale: float = 2.0, seed: 
     enc = meaning + noise * torch.randn(len(source), d, generator=g)           # (T_src, d)
     dec = meaning[alignment] + noise * torch.randn(len(target), d, generator=g)  # (T_tgt, d)
     return ToyTranslation(source, target, alignment, enc, dec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lecture 02: attention that copies a word from the source
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class ToyCopy:
+    source: list[str]             # T_src source tokens; one of them is a rare name
+    written: list[str]            # what the decoder has written so far
+    vocab: list[str]              # the decoder's output vocabulary (V words): no names in it
+    encoder_states: torch.Tensor  # (T_src, d): keys = values
+    query: torch.Tensor           # (d,): the decoder state at the step that must write the name
+    vocab_logits: torch.Tensor    # (V,): the decoder's own scores for generating each vocab word
+    p_gen: float                  # probability of generating from the vocabulary rather than copying
+
+
+def toy_copy(d: int = 16, noise: float = 0.35, scale: float = 2.0, seed: int = 0) -> ToyCopy:
+    """"la casa de Itzel es azul" -> "the house of Itzel ...": the next word is a name that the
+    decoder's output vocabulary does not contain.
+
+    States are built like ``toy_translation``'s: each source word has a random "meaning"
+    direction; the decoder state at this step is the meaning of the name plus noise (what a
+    trained model would learn: "I am about to write the word over there"). The vocabulary scores
+    and ``p_gen`` are set by hand: after "the house of" the decoder expects a word it has no
+    entry for, so its best vocabulary guess is the unknown-word token.
+    """
+    source = ["la", "casa", "de", "Itzel", "es", "azul"]
+    written = ["the", "house", "of"]
+    vocab = ["<unk>", "the", "house", "of", "is", "blue", "red", "big", "a", "."]
+    g = torch.Generator().manual_seed(seed)
+    meaning = torch.randn(len(source), d, generator=g)
+    meaning = scale * meaning / meaning.norm(dim=-1, keepdim=True)              # (T_src, d)
+    enc = meaning + noise * torch.randn(len(source), d, generator=g)            # (T_src, d)
+    query = meaning[source.index("Itzel")] + noise * torch.randn(d, generator=g)  # (d,)
+    #                            <unk> the  house of   is   blue red  big  a    .
+    vocab_logits = torch.tensor([2.0, 0.6, 0.2, 0.1, 0.4, 0.3, 0.0, 0.1, 0.5, 0.2])
+    return ToyCopy(source, written, vocab, enc, query, vocab_logits, p_gen=0.3)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -103,3 +103,17 @@ def bar_weights(weights, labels: Sequence[str] | None = None, ax=None, title: st
     if title:
         ax.set_title(title)
     return ax
+
+
+def box(ax, x: float, y: float, w: float, h: float, text: str, color: str = "#dde8f5", fontsize: float = 8.5):
+    """A rounded box centred at (x, y) with a label: the brick of the lectures' architecture drawings."""
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
+                                fc=color, ec="black", lw=1))
+    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize)
+
+
+def arrow(ax, x0: float, y0: float, x1: float, y1: float, **kw):
+    """An arrow from (x0, y0) to (x1, y1) (extra keywords go to matplotlib's arrowprops)."""
+    ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", lw=1.2, **kw))

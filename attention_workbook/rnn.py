@@ -46,6 +46,11 @@ class VanillaRNN(nn.Module):
         self.W_hh = nn.Parameter(orthogonal(H, g) * cfg.weight_scale)                        # (H, H)
         self.b = nn.Parameter(torch.zeros(H))                                                # (H,)
 
+    def extra_repr(self) -> str:
+        # the parameters are plain nn.Parameters, not submodules: without this, print() says "VanillaRNN()"
+        c = self.cfg
+        return f"d_in={c.d_in}, d_hidden={c.d_hidden}, weight_scale={c.weight_scale}"
+
     def step(self, x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """One time step: (B, D_in), (B, H) -> (B, H)."""
         return torch.tanh(x_t @ self.W_xh + h @ self.W_hh + self.b)
@@ -70,18 +75,21 @@ def sequential_steps_attention(T: int) -> list[int]:
     return [1 for _ in range(T)]
 
 
-def seconds_per_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Best (smallest) wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs.
+def seconds_per_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
+                     clock: Callable[[], float] = time.perf_counter) -> float:
+    """Best (smallest) seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs.
 
     The minimum, not the mean: on a shared machine other processes only ever add time, so the
-    fastest run is the closest to what the computation itself costs."""
+    fastest run is the closest to what the computation itself costs. ``clock`` is wall-clock
+    time by default; ``time.process_time`` counts only the CPU time this process used, which
+    leaves out the time spent waiting for a turn on a busy processor."""
     for _ in range(warmup):
         fn()
     best = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best
 
 

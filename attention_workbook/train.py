@@ -3,6 +3,7 @@
     python -m attention_workbook.train                          # preset picked from the device
     python -m attention_workbook.train --preset cpu --out runs/cpu
     python -m attention_workbook.train --preset t4 --set max_iters=3000
+    python -m attention_workbook.train --preset cpu --max-seconds 120      # a time budget
     torchrun --nproc_per_node=4 -m attention_workbook.train --preset large-gpu --out runs/ddp
     torchrun --nproc_per_node=2 -m attention_workbook.train --preset smoke --backend gloo   # CPU processes
 
@@ -41,7 +42,7 @@ def parse_value(v: str):
 
 def setup_distributed(backend: str | None, device: str) -> gpt.RunInfo:
     """Join the process group torchrun describes in the environment (or run alone)."""
-    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if "RANK" not in os.environ:           # not started by torchrun: one process, no process group
         return gpt.RunInfo(device=device)
     import torch.distributed as dist
 
@@ -60,6 +61,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--preset", default=None, help=f"one of {sorted(gpt.PRESETS)} (default: by device, or $AWB_PRESET)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a preset field, e.g. max_iters=500, n_layer=4, lr=1e-3")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="time budget: train this many seconds, the learning-rate schedule laid over it "
+                         "(default: the preset's max_seconds, if any; 0 = no budget, count steps)")
     ap.add_argument("--out", type=Path, default=Path("runs/gpt"), help="folder for ckpt.pt and history.json")
     ap.add_argument("--device", default=None, help="cpu / cuda / mps (default: picked automatically)")
     ap.add_argument("--backend", default=None, help="process-group backend (default nccl on GPUs, gloo on CPUs)")
@@ -73,21 +77,25 @@ def main(argv=None) -> dict:
     run = setup_distributed(args.backend, device)
     name = gpt.choose_preset(run.device.split(":")[0], args.preset)
     cfg = gpt.PRESETS[name].with_overrides(**{k: parse_value(v) for k, v in (kv.split("=", 1) for kv in args.set)})
-    run.dtype = gpt.amp_dtype(run.device.split(":")[0], cfg.precision)
+    if args.max_seconds is not None:
+        cfg = replace(cfg, max_seconds=args.max_seconds or None)
+    run.dtype = gpt.amp_dtype(run.device, cfg.precision)
 
     from .data import load_text
     ds = char_dataset(load_text(args.data))
     cfg = replace(cfg, model=replace(cfg.model, vocab_size=ds.vocab_size))
     torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     model = gpt.GPT.from_config(cfg.model).to(run.device)
-    if run.world_size > 1:
+    if "RANK" in os.environ:               # under torchrun, even with one process: the DDP path
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[run.device] if run.device.startswith("cuda") else None)
     raw = getattr(model, "module", model)
     if run.master:
         print(f"preset {cfg.name}: {raw.num_params():,} parameters, device {run.device}, "
-              f"precision {run.dtype or torch.float32}, {run.world_size} process(es), "
-              f"global batch {cfg.batch_size * run.world_size} x {cfg.model.block_size} tokens", flush=True)
+              f"precision {run.dtype or torch.float32}, {run.world_size} process(es)"
+              + (f" (DDP, {torch.distributed.get_backend()})" if "RANK" in os.environ else "") + ", "
+              f"global batch {cfg.batch_size * run.world_size} x {cfg.model.block_size} tokens, "
+              + (f"time budget {cfg.max_seconds:g} s" if cfg.max_seconds else f"{cfg.max_iters} steps"), flush=True)
 
     def report(step, hist):
         if run.master:
@@ -100,12 +108,13 @@ def main(argv=None) -> dict:
     seconds = time.perf_counter() - t0
     summary = {"preset": cfg.name, "rank": run.rank, "world_size": run.world_size, "steps": hist["last_step"],
                "val_loss": hist["val"][-1], "train_loss": hist["train"][-1], "seconds": seconds,
+               "train_seconds": hist["train_seconds"], "max_seconds": cfg.max_seconds,
                "tokens_per_s": hist["tokens_per_s"][-1] if hist["tokens_per_s"] else None,
                "param_checksum": float(sum(p.detach().double().sum() for p in raw.parameters())),
                "last_batch_loss": hist["loss"][-1][1] if hist["loss"] else None,
                "checkpoints_written": hist.get("checkpoints_written", 0)}
     if run.master:
-        print(f"done: {hist['last_step']} steps in {seconds:.1f} s, "
+        print(f"done: {hist['last_step']} steps in {hist['train_seconds']:.1f} s of training ({seconds:.1f} s in all), "
               f"{summary['tokens_per_s'] or 0:,.0f} tokens/s, val loss {summary['val_loss']:.4f}; checkpoint {ckpt}")
         if args.sample:
             start = torch.tensor([ds.encode("\n")], device=run.device)
@@ -114,7 +123,7 @@ def main(argv=None) -> dict:
             print(ds.decode(out[0]))
     (args.out).mkdir(parents=True, exist_ok=True)
     (args.out / f"summary_rank{run.rank}.json").write_text(json.dumps(summary, indent=1))
-    if run.world_size > 1:
+    if "RANK" in os.environ:
         import torch.distributed as dist
         dist.destroy_process_group()
     return summary

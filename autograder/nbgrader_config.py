@@ -32,5 +32,21 @@ c.Execute.startup_timeout = 120
 # A student who deletes a test cell still has it run (and loses its points honestly).
 c.OverwriteCells.add_missing_cells = True
 
+# Grading kernels talk to nbgrader over local TCP. ipykernel >= 7.4 supports CurveZMQ encryption
+# of that channel and warns on every start when it is off ("Kernel is running over TCP without
+# encryption"): let jupyter_client provision the keys where both sides support it. (The cohort's
+# sandbox kernels use Unix sockets instead: KernelManager.transport = "ipc", see sandbox.py.)
+def _curve_available() -> bool:
+    try:
+        import zmq
+        from jupyter_client.manager import KernelManager
+    except ImportError:
+        return False
+    return zmq.has("curve") and "transport_encryption" in KernelManager.class_trait_names()
+
+
+if _curve_available():
+    c.KernelManager.transport_encryption = "auto"  # only kernels whose kernelspec declares support
+
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.enforce_metadata = True

@@ -1,18 +1,27 @@
-"""Train lecture 08's GPT on tiny-shakespeare and print the figures (a script, not a test).
+"""Lecture 08's `cpu` preset against nanoGPT's own CPU recipe, at equal wall time (a script, not a test).
 
-    python benchmarks/bench_gpt_cpu.py                       # the `cpu` preset and nanoGPT's CPU recipe, side by side
-    python benchmarks/bench_gpt_cpu.py --only preset         # just the preset
-    python benchmarks/bench_gpt_cpu.py --preset t4           # on a GPU (device picked automatically)
-    python benchmarks/bench_gpt_cpu.py --set lr=2e-3 --set n_layer=3   # try a variation
+    python benchmarks/bench_gpt_cpu.py --nanogpt ../shared/anchors/nanogpt
+    python benchmarks/bench_gpt_cpu.py --nanogpt DIR --repeats 2        # twice, alternating the order
+    python benchmarks/bench_gpt_cpu.py --nanogpt DIR --set lr=3e-3      # a variation of the preset
 
-Both runs use the same code (attention_workbook.gpt.train) and the same final measurement: the
-mean loss over ``--eval-batches`` fixed random windows of the validation split (block size of the
-model, batch 32). Training time excludes that final measurement and is wall clock; the CPU
-seconds the process used are printed too, because on a shared machine wall time depends on what
-else runs (the load average is printed before and after).
+1. **nanoGPT**, its own unmodified code (``train.py`` and ``model.py`` from ``--nanogpt DIR``, run
+   from a scratch copy, never copied into this project), with its README's CPU recipe
+   (4 layers x 4 heads x 128, context 64, batch 12, 2000 iterations, float32). Its data are
+   prepared by its own ``data/shakespeare_char/prepare.py`` from the local tiny-shakespeare.
+   The wall time of the whole command is the **budget**.
+2. **The `cpu` preset**, ``python -m attention_workbook.train --preset cpu``, given that budget:
+   its time budget (``--max-seconds``) is the measured nanoGPT wall time minus this process's
+   start-up and final checkpoint (measured the same way), so both commands take the same wall
+   time from start to finished checkpoint; the learning-rate schedule is laid over the budget.
+3. **One yardstick** for both checkpoints: the mean loss over every 64-character window of the
+   validation split (``gpt.val_loss_windows``: all 1,742 windows, every character predicted
+   once), computed here, outside both training commands.
 
-The data come from attention_workbook.data.load_text: set AWB_TINYSHAKESPEARE to a local copy on
-a machine without internet.
+The figure is the ratio of the two losses at (about) equal wall time (goal: <= 0.96). Both
+commands use PyTorch's default number of threads unless ``--threads`` says otherwise. The CPU
+model, its bf16 support and the load average before and after every run are printed, because
+on a shared machine wall time moves with what else is running: compare only figures from one
+invocation, and prefer an idle machine.
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +44,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from attention_workbook import gpt  # noqa: E402
-from attention_workbook.data import char_dataset  # noqa: E402
+from attention_workbook.data import char_dataset, load_text  # noqa: E402
+
+NANOGPT_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+                  "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
+                  "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]
 
 
 def load() -> str:
@@ -42,83 +58,172 @@ def load() -> str:
         return "n/a"
 
 
-def parse_value(v: str):
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(v.lower(), v)
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
-def run_one(cfg: gpt.TrainConfig, ds, device: str, eval_batches: int, max_seconds: float | None) -> dict:
-    torch.manual_seed(cfg.seed)
-    mcfg = replace(cfg.model, vocab_size=ds.vocab_size)
-    model = gpt.GPT.from_config(mcfg).to(device)
-    dtype = gpt.amp_dtype(device, cfg.precision)
-    run = gpt.RunInfo(device=device, dtype=dtype)
-    cfg = replace(cfg, eval_interval=10**9)  # no estimates during the timed part
-    if cfg.threads and device == "cpu":
-        torch.set_num_threads(cfg.threads)
-    threads = torch.get_num_threads()
-    print(f"\n== {cfg.name}: {model.num_params():,} parameters, {mcfg.n_layer} layers x {mcfg.n_head} heads, "
-          f"width {mcfg.d_model}, context {mcfg.block_size}, batch {cfg.batch_size}, {cfg.max_iters} iters, "
-          f"lr {cfg.lr:g}, precision {dtype or torch.float32}, {threads} threads; load before: {load()}", flush=True)
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    hist = gpt.train(model, cfg, ds.train, ds.val, run=run, progress=sys.stderr.isatty(),
-                     max_seconds=max_seconds, eval_at_end=False)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    steps = hist["last_step"]
-    val = gpt.estimate_loss(model, {"val": ds.val}, mcfg.block_size, 32, eval_batches, device, dtype, seed=1234)["val"]
-    out = {"name": cfg.name, "params": model.num_params(), "steps": steps, "train_seconds": round(wall, 1),
-           "cpu_seconds": round(cpu, 1), "tokens_per_s": round(steps * cfg.batch_size * mcfg.block_size / wall),
-           "val_loss": round(val, 4), "precision": str(dtype or torch.float32).replace("torch.", ""),
-           "threads": threads, "load_after": load(), "config": cfg.to_dict()}
-    print(f"   {steps} steps in {wall:.1f} s wall ({cpu:.1f} s CPU), {out['tokens_per_s']:,} tokens/s, "
-          f"val loss {val:.4f} ({eval_batches} x 32 x {mcfg.block_size} val tokens); load after: {load()}", flush=True)
-    return out
+def cpu_flags() -> str:
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    return ", ".join(f"{f}: {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
 
 
-def main(argv=None):
+def prepare_nanogpt(src: Path, text_path: Path, work: Path) -> Path:
+    """A scratch copy of nanoGPT with its shakespeare_char data prepared by its own script."""
+    dst = work / "nanogpt"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("out*", "*.bin", "*.pkl", "__pycache__"))
+    data_dir = dst / "data" / "shakespeare_char"
+    shutil.copyfile(text_path, data_dir / "input.txt")
+    subprocess.run([sys.executable, "prepare.py"], cwd=data_dir, check=True, capture_output=True, text=True)
+    return dst
+
+
+def run_nanogpt(nano: Path, out_dir: Path, threads: int | None, extra: list[str]) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [sys.executable, "train.py", *NANOGPT_RECIPE, f"--out_dir={out_dir}", *extra]
+    before = load()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=nano, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"nanoGPT failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    evals = [ln for ln in proc.stdout.splitlines() if ln.startswith("step ")]
+    iters = [ln for ln in proc.stdout.splitlines() if ln.startswith("iter ")]
+    return {"wall_seconds": round(wall, 1), "load_before": before, "load_after": load(),
+            "last_eval": evals[-1] if evals else None, "iterations": len(iters)}
+
+
+def nanogpt_model(nano: Path, ckpt_path: Path):
+    """nanoGPT's own GPT class with its checkpoint loaded."""
+    sys.path.insert(0, str(nano))
+    try:
+        import model as nano_model  # nanoGPT's model.py
+    finally:
+        sys.path.remove(str(nano))
+    ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    m = nano_model.GPT(nano_model.GPTConfig(**ck["model_args"]))
+    m.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in ck["model"].items()})
+    return m, ck["iter_num"]
+
+
+def run_preset(preset: str, budget: float, out_dir: Path, threads: int | None, overrides: list[str],
+               text_path: Path) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", AWB_TINYSHAKESPEARE=str(text_path),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("AWB_SMOKE", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+        overrides = [*overrides, f"threads={threads}"]
+    cmd = [sys.executable, "-m", "attention_workbook.train", "--preset", preset, "--max-seconds", f"{budget:.2f}",
+           "--out", str(out_dir), "--no-resume", "--quiet", "--sample", "0",
+           *[a for kv in overrides for a in ("--set", kv)]]
+    before = load()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"the preset run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    summary = json.loads((out_dir / "summary_rank0.json").read_text())
+    return {"wall_seconds": round(wall, 1), "load_before": before, "load_after": load(),
+            "train_seconds": round(summary["train_seconds"], 1), "steps": summary["steps"],
+            "overhead_seconds": round(wall - summary["train_seconds"], 1)}
+
+
+def yardstick(model, val: torch.Tensor) -> float:
+    torch.manual_seed(0)
+    return gpt.val_loss_windows(model, val, 64, batch_size=64)
+
+
+def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nanogpt", type=Path, required=True,
+                    help="an unmodified nanoGPT checkout (offline copy: ../shared/anchors/nanogpt)")
     ap.add_argument("--preset", default="cpu", choices=sorted(gpt.PRESETS))
-    ap.add_argument("--only", choices=["preset", "baseline"], help="run just one of the two")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a preset field (TrainConfig or GPTConfig), e.g. lr=2e-3, n_layer=3")
-    ap.add_argument("--device", default=None, help="cpu / cuda / mps (default: picked automatically)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch.set_num_threads for both runs (default: the preset's setting, else PyTorch's)")
-    ap.add_argument("--eval-batches", type=int, default=100)
-    ap.add_argument("--max-seconds", type=float, default=None, help="stop training after this wall time")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset field")
+    ap.add_argument("--threads", type=int, default=None, help="OMP threads for both runs (default: PyTorch's)")
+    ap.add_argument("--repeats", type=int, default=1, help="pairs to run; the order alternates")
+    ap.add_argument("--overhead", type=float, default=None,
+                    help="seconds the preset's command spends outside training (default: measured by a short run)")
+    ap.add_argument("--nanogpt-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra nanoGPT flags (a quick check: max_iters=20 lr_decay_iters=20 eval_interval=20)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
 
-    device = args.device or gpt.pick_device()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"device {device}" + (f" ({torch.cuda.get_device_name(0)})" if device == "cuda" else ""))
-    t = time.perf_counter()
-    ds = char_dataset()
-    print(f"data: {len(ds.train):,} train / {len(ds.val):,} val characters, vocabulary {ds.vocab_size} "
-          f"(loaded in {time.perf_counter() - t:.1f} s)")
-    overrides = dict(kv.split("=", 1) for kv in args.set)
-    cfg = gpt.PRESETS[args.preset].with_overrides(**{k: parse_value(v) for k, v in overrides.items()})
-    base = gpt.NANOGPT_CPU
-    if args.threads:
-        cfg, base = replace(cfg, threads=args.threads), replace(base, threads=args.threads)
+    text_path = Path(os.environ.get("AWB_TINYSHAKESPEARE") or ROOT.parent / "shared" / "data" / "tinyshakespeare.txt")
+    text = load_text(str(text_path) if text_path.is_file() else None)
+    if not text_path.is_file():
+        text_path = Path(tempfile.mkdtemp()) / "input.txt"
+        text_path.write_text(text)
+    val = char_dataset(text).val
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs ({cpu_flags()}); torch {torch.__version__}, "
+          f"threads {args.threads or torch.get_num_threads()}; load average now {load()}")
+    nano_extra = [f"--{kv}" for kv in args.nanogpt_set]
     results = []
-    if args.only != "baseline":
-        results.append(run_one(cfg, ds, device, args.eval_batches, args.max_seconds))
-    if args.only != "preset":
-        results.append(run_one(base, ds, device, args.eval_batches, args.max_seconds))
-    print("\n| run | params | steps | train s (wall) | CPU s | tokens/s | val loss |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in results:
-        print(f"| {r['name']} | {r['params']:,} | {r['steps']} | {r['train_seconds']} | {r['cpu_seconds']} | "
-              f"{r['tokens_per_s']:,} | {r['val_loss']:.4f} |")
+    with tempfile.TemporaryDirectory(prefix="bench-gpt-cpu-") as tmp:
+        work = Path(tmp)
+        nano = prepare_nanogpt(args.nanogpt.resolve(), text_path, work)
+        nano_val = torch.from_numpy(__import__("numpy").fromfile(nano / "data/shakespeare_char/val.bin",
+                                                                 dtype="uint16").astype("int64"))
+        meta = pickle.loads((nano / "data/shakespeare_char/meta.pkl").read_bytes())
+        assert meta["vocab_size"] == 65 and torch.equal(nano_val, val), "nanoGPT's validation ids differ from ours"
+        overhead = args.overhead
+        if overhead is None:   # start-up + data + final estimate + checkpoint of the preset's command
+            probe = run_preset(args.preset, 3.0, work / "probe", args.threads, args.set, text_path)
+            overhead = probe["overhead_seconds"]
+            print(f"preset command overhead (start-up, data, final estimate, checkpoint): {overhead:.1f} s "
+                  f"(a 3 s probe run)")
+        for r in range(args.repeats):
+            order = ["nanogpt", "preset"] if r % 2 == 0 else ["preset", "nanogpt"]
+            budget = results[-1]["nanogpt"]["wall_seconds"] if results else None
+            row: dict = {}
+            for who in order:
+                if who == "nanogpt":
+                    out = work / f"nano{r}"
+                    row["nanogpt"] = run_nanogpt(nano, out, args.threads, nano_extra)
+                    model, it = nanogpt_model(nano, out / "ckpt.pt")
+                    row["nanogpt"].update(checkpoint_iter=it, params=sum(p.numel() for p in model.parameters()),
+                                          val=round(yardstick(model, val), 4))
+                    print(f"[{r}] nanoGPT: {row['nanogpt']['wall_seconds']} s wall, checkpoint of iteration {it}, "
+                          f"val {row['nanogpt']['val']} (its own estimate: {row['nanogpt']['last_eval']}); "
+                          f"load {row['nanogpt']['load_before']} -> {row['nanogpt']['load_after']}", flush=True)
+                else:
+                    wall = row.get("nanogpt", {}).get("wall_seconds") or budget
+                    if wall is None:       # the preset runs first: a provisional budget, nanoGPT's idle time here
+                        wall = 238.0
+                    out = work / f"preset{r}"
+                    row["preset"] = run_preset(args.preset, max(wall - overhead, 1.0), out, args.threads,
+                                               args.set, text_path)
+                    model, ck = gpt.model_from_checkpoint(out / "ckpt.pt")
+                    row["preset"].update(budget_seconds=round(wall - overhead, 1), params=model.num_params(),
+                                         val=round(yardstick(model, val), 4))
+                    print(f"[{r}] preset {args.preset}: {row['preset']['wall_seconds']} s wall "
+                          f"({row['preset']['train_seconds']} s training, {row['preset']['steps']} steps), "
+                          f"val {row['preset']['val']}; load {row['preset']['load_before']} -> "
+                          f"{row['preset']['load_after']}", flush=True)
+            row["ratio_val"] = round(row["preset"]["val"] / row["nanogpt"]["val"], 4)
+            row["ratio_wall"] = round(row["preset"]["wall_seconds"] / row["nanogpt"]["wall_seconds"], 3)
+            results.append(row)
+    print("\n| pair | nanoGPT wall s | nanoGPT val | preset wall s | preset steps | preset val | val ratio | wall ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i, r in enumerate(results):
+        print(f"| {i} | {r['nanogpt']['wall_seconds']} | {r['nanogpt']['val']:.4f} | {r['preset']['wall_seconds']} | "
+              f"{r['preset']['steps']} | {r['preset']['val']:.4f} | {r['ratio_val']:.3f} | {r['ratio_wall']:.3f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(),
-                                         "torch": torch.__version__, "device": device, "runs": results}, indent=1))
+        args.json.write_text(json.dumps({"cpu": cpu_model(), "flags": cpu_flags(), "cpus": os.cpu_count(),
+                                         "torch": torch.__version__, "preset": args.preset, "overrides": args.set,
+                                         "threads": args.threads, "pairs": results}, indent=1))
+    return results
 
 
 if __name__ == "__main__":

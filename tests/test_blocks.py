@@ -163,3 +163,27 @@ def test_feedforward_and_block_signatures_unchanged():
     assert isinstance(ff.net[1], nn.ReLU)
     block = TransformerBlock(8, 2, 32, 0.0, True)
     assert block(torch.randn(1, 3, 8), is_causal=True).shape == (1, 3, 8)
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_greedy_decode_cached_gives_the_same_tokens_with_fewer_flops(pre_ln):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attention_workbook.blocks import greedy_decode_cached
+
+    torch.manual_seed(3)
+    task = ReverseDigits(min_len=2, max_len=6)
+    cfg = Seq2SeqConfig(src_vocab=task.vocab_size, tgt_vocab=task.vocab_size, d_model=32, n_heads=4, d_ff=64,
+                        n_enc=2, n_dec=2, max_len=16, pre_ln=pre_ln)
+    model = Seq2SeqTransformer(cfg).eval()
+    with torch.no_grad():          # make pad (id 0) a frequent prediction: the cache must mask it too
+        model.head.bias[task.PAD] += 2.0
+    src, _, _ = task.batch(64, torch.Generator().manual_seed(0))   # padded sources of several lengths
+    args = dict(max_len=task.max_len + 1, bos_id=task.BOS, eos_id=task.EOS)
+    with FlopCounterMode(display=False) as plain:
+        ref = greedy_decode(model, src, **args)
+    with FlopCounterMode(display=False) as cached:
+        got = greedy_decode_cached(model, src, **args)
+    assert (ref == task.PAD).any(), "the test should exercise predicted pad tokens"
+    assert torch.equal(got, ref)
+    assert cached.get_total_flops() < plain.get_total_flops() / 2

@@ -1,17 +1,24 @@
 """Every catalogued mistake loses points under nbgrader, every correct alternative and the
 solution notebook itself get full marks. Each exercise's variants are autograded together in
-one throwaway course (one nbgrader generate_assignment, one autograde per variant)."""
+one throwaway course (one nbgrader generate_assignment, one autograde per variant).
+
+The grading kernels run with every Python warning turned on (PYTHONWARNINGS=always): nbgrader
+scores a test cell that writes to stderr 0, and a warning must never cost points, so the
+alternatives (some written to raise warnings) must still get full marks. A contract-breaking
+mistake (``visible=True``) may lose points only in cells whose visible check already fails
+(tests/test_visible_hints.py shows that part in-process)."""
 
 import pytest
 
 from awb_grader import catalog
 from awb_grader.course import SOLUTIONS, assignments
-from awb_grader.variants import error_text, grade_variants
+from awb_grader.variants import error_text, grade_variants, solution_cells
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
-def test_catalog(assignment, tmp_path):
+def test_catalog(assignment, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "always")   # inherited by the grading kernels
     mistakes = catalog.mistakes(assignment)
     alternatives = catalog.alternatives(assignment)
     variants = {"reference": {}}
@@ -20,7 +27,8 @@ def test_catalog(assignment, tmp_path):
     source_nb = SOLUTIONS / assignment / f"{assignment}.ipynb"
     graded = grade_variants(assignment, variants, tmp_path, timeout=60, files={"solution-notebook": source_nb})
 
-    problems = []
+    problems, ambiguous, downstream = [], 0, 0
+    order = list(solution_cells(assignment))  # answer cells in notebook order
     for student in ("solution-notebook", "reference"):
         if graded.total(student) != graded.max_total:
             problems.append(f"{student} scored {graded.total(student)}/{graded.max_total}: {graded.scores[student]}")
@@ -30,12 +38,28 @@ def test_catalog(assignment, tmp_path):
         kept = [c for c in m.must_fail if scores.get(c) is None or scores[c] >= graded.max_scores[c]]
         if kept:
             problems.append(f"{m.id}: kept full points on {kept} (scores {scores})")
+        if m.visible:
+            surprise = [c for c, sc in scores.items() if sc < graded.max_scores[c] and c not in m.must_fail]
+            if surprise:
+                problems.append(f"{m.id} breaks only the contract, yet loses points in {surprise}, "
+                                "cells its must_fail does not name (and whose visible check need not fail)")
         if m.hint:
             nb = graded.autograded(student, assignment)
             texts = [error_text(nb, c) for c in m.must_fail]
             if not any(m.hint.lower() in t.lower() for t in texts):
                 first = next((t for t in texts if t), "(no error output)")
                 problems.append(f"{m.id}: no failing cell's message contains {m.hint!r}; first message:\n{first}")
+            # the grade table names the student's mistakes from these messages: this one (alone, or
+            # as "it or another" where the messages cannot tell), nothing in an earlier function
+            # (a later function's check may fail because of this one: counted, shown below)
+            failed = [c for c, v in scores.items() if v < graded.max_scores[c]]
+            groups = catalog.named_by_errors(assignment, failed, {c: error_text(nb, c) for c in failed})
+            own = (m.cell, *m.extra_cells)
+            earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(m.cell)]
+            if not any(m in g for g in groups) or earlier:
+                problems.append(f"{m.id}: the grade table would name {[[x.id for x in g] for g in groups]}")
+            ambiguous += any(m in g and len(g) > 1 for g in groups)
+            downstream += any(x.cell not in own for g in groups for x in g)
     for a in alternatives:
         student = f"alternative-{a.id}"
         if graded.total(student) != graded.max_total:
@@ -43,7 +67,9 @@ def test_catalog(assignment, tmp_path):
             problems.append(f"correct alternative {a.id} lost points: {lost}")
     assert not problems, "\n".join(problems)
     print(f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
-          f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}")
+          f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}; "
+          f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
+          f"{downstream} also a mistake in a later function whose check they break")
 
 
 @pytest.mark.parametrize("assignment", assignments())

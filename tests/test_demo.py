@@ -9,7 +9,8 @@ import pytest
 
 from awb_grader import demo
 from awb_grader.course import AUTOGRADER
-from awb_grader.pipeline import grade_submissions
+from awb_grader import catalog
+from awb_grader.pipeline import Row, grade_submissions, table
 
 pytestmark = pytest.mark.xdist_group("demo")
 
@@ -25,9 +26,10 @@ def demo_run(tmp_path_factory):
 @pytest.mark.slow
 def test_demo_table_matches_expected(demo_run):
     root, rows = demo_run
-    got = [(r.student, f"{r.score:g}", f"{r.max_score:g}", r.status) for r in rows]
-    want = [(e["student"], e["score"], e["max_score"], e["status"]) for e in demo.expected_rows()]
+    got = [(r.student, f"{r.score:g}", f"{r.max_score:g}", r.status, "; ".join(r.misconceptions)) for r in rows]
+    want = [(e["student"], e["score"], e["max_score"], e["status"], e["misconceptions"]) for e in demo.expected_rows()]
     assert got == want
+    assert {r.student: r.unanswered for r in rows if r.unanswered} == {"chloe": ["scaled_dot_product_attention"]}
     reasons = {r.student: " ".join(r.reasons) for r in rows}
     assert "invalid JSON" in reasons["jules"]
     assert "metadata was missing" in reasons["hana"]
@@ -79,3 +81,39 @@ def test_regrading_is_idempotent(demo_run):
 
     with Gradebook(course.db) as gb:
         assert len(gb.assignment_submissions(demo.ASSIGNMENT)) == sum(r.status != "ungradable" for r in rows)
+
+
+def test_table_names_mistakes_and_wraps_long_notes():
+    long_reason = "edited test cell(s) test_sdpa_padding: restored from the release when grading; " * 2
+    rows = [Row("dev", "04", 21, 30, misconceptions=["no sqrt(d) scaling", "padding mask on the query axis"]),
+            Row("chloe", "04", 22, 30, unanswered=["scaled_dot_product_attention"]),
+            Row("ivan", "04", 26, 30, "flagged", reasons=[long_reason.strip()]), Row("ada", "04", 30, 30)]
+    text = table(rows, notes_width=60)
+    lines = text.splitlines()
+    assert "dev      21/30  ok       no sqrt(d) scaling; padding mask on the query axis" in lines
+    assert "chloe    22/30  ok       unanswered: scaled_dot_product_attention" in lines
+    assert lines[-1] == "ada      30/30  ok       -"
+    assert max(len(ln) for ln in lines) <= len("student  22/30  flagged  ") + 60
+    ivan = text[text.index("ivan"):text.index("ada")]
+    assert " ".join(ivan.split()[3:]) == long_reason.strip(), "long notes wrap; nothing is cut"
+
+
+def _ex04_named(errors):
+    groups = catalog.named_by_errors("04_queries_keys_values", list(errors), errors)
+    return [sorted(m.id for m in g) for g in groups]
+
+
+def test_mistakes_are_named_by_their_hints():
+    # dev: two mistakes, each named by its own visible hint
+    assert _ex04_named({"test_sdpa_values": "CheckFailed: ... no scaling ...", "test_sdpa_causal": "",
+                        "test_sdpa_padding": "", "test_padding_mask": "keys and queries are swapped"}) == [
+        ["padding_mask_queries"], ["sdpa_no_scaling"]]
+    # a hint that is part of a longer one of the same answer cell ("dim=" in "softmax over dim="): the longer wins
+    assert _ex04_named({"test_softmax_values": "your output equals a softmax over dim=0: reduce with `dim=dim`",
+                        "test_softmax_dim": "your output equals a softmax over dim=0"}) == [["softmax_wrong_axis"]]
+    # one message that both hints are in: the table cannot tell them apart and says "A or B"
+    assert _ex04_named({"test_softmax_stability": "exp(10000) overflows: subtract the maximum of each row first"}) == [
+        ["softmax_global_max", "softmax_no_max_subtraction"]]
+    # failures that no hint explains (an unanswered function) name nothing
+    assert _ex04_named({c: "NotImplementedError: " for c in ("test_sdpa_values", "test_sdpa_causal",
+                                                             "test_sdpa_padding", "test_sdpa_shapes")}) == []

@@ -1,4 +1,4 @@
-"""A mistake only the hidden checks catch: the student loses the points, and the feedback
+"""A mistake only the hidden checks catch (their random sizes): the student loses the points, and the feedback
 shows the failing call and message but none of the hidden check's code."""
 
 import html
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from awb_grader import catalog
+from awb_grader.catalog import edit
 from awb_grader.course import AUTOGRADER
 from awb_grader.variants import error_text, grade_variants
 
@@ -15,8 +15,10 @@ A = "04_queries_keys_values"
 
 @pytest.mark.slow
 def test_hidden_only_failure_feedback(tmp_path):
-    m = next(m for m in catalog.mistakes(A) if m.id == "sdpa_transpose_1_2")
-    graded = grade_variants(A, {"student": {m.cell: m.source}}, tmp_path, timeout=60)
+    # right on every visible case (d <= 8 there), wrong on the hidden checks' larger random widths:
+    # every catalogued mistake now fails a visible check, so this one is written for the test
+    src = edit(A, "scaled_dot_product_attention", ("/ math.sqrt(d)", "/ math.sqrt(min(d, 8))"))
+    graded = grade_variants(A, {"student": {"scaled_dot_product_attention": src}}, tmp_path, timeout=60)
     nb = graded.autograded("student", A)
     msg = error_text(nb, "test_sdpa_values")
     assert "hidden test" in msg, msg

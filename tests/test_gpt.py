@@ -242,22 +242,119 @@ def test_train_loop_learns_checkpoints_and_resumes_exactly(tmp_path):
     torch.testing.assert_close(model(data[None, :32])[0], resumed.eval()(data[None, :32])[0])
 
 
+@pytest.mark.slow
 def test_benchmark_script_smoke(tmp_path, monkeypatch):
-    """benchmarks/bench_gpt_cpu.py end to end on the smoke preset (the real figures are in results/)."""
+    """benchmarks/bench_gpt_cpu.py end to end, tiny: nanoGPT's own code (the offline anchor copy)
+    for 20 iterations, the smoke preset, one yardstick for both (the real figures are in results/)."""
     import importlib.util
     import json
     from pathlib import Path
 
-    shared = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
-    if not shared.is_file():
-        pytest.skip(f"no local tiny-shakespeare at {shared.resolve()}")
-    monkeypatch.setenv("AWB_TINYSHAKESPEARE", str(shared.resolve()))
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpt_cpu.py"
-    spec = importlib.util.spec_from_file_location("bench_gpt_cpu", path)
+    repo = Path(__file__).resolve().parents[1]
+    shared = repo.parent / "shared"
+    if not (shared / "data" / "tinyshakespeare.txt").is_file() or not (shared / "anchors" / "nanogpt").is_dir():
+        pytest.skip(f"no local tiny-shakespeare / nanoGPT anchor under {shared}")
+    monkeypatch.setenv("AWB_TINYSHAKESPEARE", str(shared / "data" / "tinyshakespeare.txt"))
+    spec = importlib.util.spec_from_file_location("bench_gpt_cpu", repo / "benchmarks" / "bench_gpt_cpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "bench.json"
-    bench.main(["--preset", "smoke", "--only", "preset", "--eval-batches", "2", "--set", "max_iters=5",
-                "--json", str(out)])
-    runs = json.loads(out.read_text())["runs"]
-    assert runs[0]["name"] == "smoke" and runs[0]["steps"] == 5 and 0 < runs[0]["val_loss"] < 5
+    bench.main(["--nanogpt", str(shared / "anchors" / "nanogpt"), "--preset", "smoke", "--set", "block_size=64",
+                "--nanogpt-set", "max_iters=20", "--nanogpt-set", "lr_decay_iters=20", "--nanogpt-set",
+                "eval_interval=20", "--threads", "1", "--overhead", "5", "--json", str(out)])
+    pair = json.loads(out.read_text())["pairs"][0]
+    assert pair["nanogpt"]["checkpoint_iter"] == 20 and pair["nanogpt"]["params"] > 0
+    assert pair["preset"]["steps"] == 30                       # the smoke preset's own step cap
+    assert 0 < pair["nanogpt"]["val"] < 5 and 0 < pair["preset"]["val"] < 5
+    assert pair["ratio_val"] == round(pair["preset"]["val"] / pair["nanogpt"]["val"], 4)
+
+
+# -- precision and preset per device (simulated: no GPU is needed) ----------------------------
+GPUS = {  # name: (compute capability, memory in bytes)
+    "Tesla T4": ((7, 5), 15.6e9),
+    "Tesla V100-SXM2-16GB": ((7, 0), 16.9e9),
+    "NVIDIA L4": ((8, 9), 23.7e9),
+    "NVIDIA A100-SXM4-40GB": ((8, 0), 42.4e9),
+    "NVIDIA H100 80GB HBM3": ((9, 0), 85.0e9),
+}
+
+
+def fake_gpu(monkeypatch, name):
+    cap, mem = GPUS[name]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: cap)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index=0: type("Props", (), {"name": name, "total_memory": int(mem), "major": cap[0],
+                                                           "minor": cap[1]})())
+    # what torch answers by default on a T4 too (bf16 *emulation* counts): it must not decide
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    for var in ("AWB_PRESET", "AWB_SMOKE", "AWB_GRADING", "PYTEST_CURRENT_TEST"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize("name,preset,dtype", [
+    ("Tesla T4", "t4", torch.float16),                  # emulated bf16 only: fp16 + GradScaler
+    ("Tesla V100-SXM2-16GB", "t4", torch.float16),
+    ("NVIDIA L4", "t4", torch.bfloat16),                # native bf16, but 24 GB: the T4-sized model
+    ("NVIDIA A100-SXM4-40GB", "large-gpu", torch.bfloat16),
+    ("NVIDIA H100 80GB HBM3", "large-gpu", torch.bfloat16),
+])
+def test_gpu_precision_and_preset(monkeypatch, name, preset, dtype):
+    fake_gpu(monkeypatch, name)
+    assert gpt.pick_device() == "cuda"
+    assert gpt.choose_preset("cuda") == preset
+    assert gpt.amp_dtype("cuda") == dtype and gpt.amp_dtype("cuda:0") == dtype
+    assert gpt.amp_dtype("cuda", gpt.PRESETS[preset].precision) == dtype
+    assert gpt.amp_dtype("cuda", "fp32") is None                     # an explicit choice wins
+
+
+@pytest.mark.parametrize("flags,fast", [
+    ("fpu sse2 avx2 fma avx512f avx512bw avx512_bf16 avx512_vnni", True),   # Zen 4 / Cooper Lake
+    ("fpu sse2 avx2 fma amx_bf16 amx_tile amx_int8", True),                 # Sapphire Rapids
+    ("fpu sse2 avx2 fma avx512f avx512bw", False),                          # AVX-512 without bf16
+    ("fpu sse2 avx2 fma", False),                                           # no AVX-512 at all
+])
+def test_cpu_precision_and_preset(monkeypatch, flags, fast):
+    assert gpt.cpu_has_fast_bf16("processor : 0\nflags : " + flags + "\n") is fast
+    monkeypatch.setattr(gpt, "cpu_has_fast_bf16", lambda cpuinfo=None: fast)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for var in ("AWB_PRESET", "AWB_SMOKE", "AWB_GRADING", "PYTEST_CURRENT_TEST"):
+        monkeypatch.delenv(var, raising=False)
+    assert gpt.choose_preset("cpu") == "cpu"
+    assert gpt.amp_dtype("cpu") == (torch.bfloat16 if fast else None)
+
+
+# -- the time budget ----------------------------------------------------------------------------
+def test_lr_in_budget_follows_the_clock():
+    kw = dict(warmup_steps=10, max_lr=1e-3, min_lr=1e-4)
+    assert gpt.lr_in_budget(0, 0.0, warmup_seconds=0.0, max_seconds=100.0, **kw) == pytest.approx(1e-4)
+    assert gpt.lr_in_budget(9, 3.0, warmup_seconds=0.0, max_seconds=100.0, **kw) == pytest.approx(1e-3)
+    # after the warmup (which ended at 4 s) the cosine runs over the 96 s left, whatever the step
+    for step in (10, 500, 10**6):
+        assert gpt.lr_in_budget(step, 4.0, warmup_seconds=4.0, max_seconds=100.0, **kw) == pytest.approx(1e-3)
+        assert gpt.lr_in_budget(step, 52.0, warmup_seconds=4.0, max_seconds=100.0, **kw) == pytest.approx(5.5e-4)
+        assert gpt.lr_in_budget(step, 100.0, warmup_seconds=4.0, max_seconds=100.0, **kw) == pytest.approx(1e-4)
+        assert gpt.lr_in_budget(step, 250.0, warmup_seconds=4.0, max_seconds=100.0, **kw) == pytest.approx(1e-4)
+    # the same curve as lr_at when seconds are proportional to steps
+    for s in range(10, 200, 7):
+        assert gpt.lr_in_budget(s, s * 0.5, warmup_seconds=5.0, max_seconds=100.0, **kw) == \
+            pytest.approx(gpt.lr_at(s, 10, 200, 1e-3, 1e-4))
+
+
+def test_train_stops_when_the_budget_is_spent_with_the_schedule_at_its_end():
+    text = ("To be, or not to be, that is the question:\n" * 300)[:10000]
+    data = torch.tensor([ord(c) % 65 for c in text])
+    cfg = replace(gpt.PRESETS["smoke"], max_iters=10**6, max_seconds=1.0, warmup_iters=3, eval_interval=10**9,
+                  eval_iters=2)
+    torch.manual_seed(0)
+    model = GPT.from_config(cfg.model)
+    evals = []
+    hist = gpt.train(model, cfg, data[:9000], data[9000:], progress=False,
+                     on_eval=lambda step, h: evals.append(step))
+    assert 10 <= hist["last_step"] < cfg.max_iters          # stopped by the clock, not the step cap
+    assert hist["train_seconds"] >= 1.0                        # the budget is spent ...
+    steps, lrs = zip(*hist["lr"])
+    assert max(lrs) <= cfg.lr                                  # ... the cosine after the warmup ...
+    assert list(lrs) == sorted(lrs, reverse=True)              # ... decays monotonically ...
+    assert lrs[-1] < cfg.min_lr + 0.2 * (cfg.lr - cfg.min_lr)  # ... to near its end at the last logged step
+    assert evals == [hist["last_step"]] and hist["seconds"] == [hist["train_seconds"]]

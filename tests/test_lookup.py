@@ -49,3 +49,15 @@ def test_toy_embeddings_default_sentence_and_the_man():
 def test_toy_embeddings_unknown_word():
     with pytest.raises(KeyError, match="no toy vector"):
         lookup.toy_embeddings(["The", "unicorn"])
+
+
+def test_toy_copy_points_at_the_name_the_vocabulary_lacks():
+    ex = lookup.toy_copy()
+    assert ex.encoder_states.shape == (len(ex.source), 16) and ex.query.shape == (16,)
+    assert ex.vocab_logits.shape == (len(ex.vocab),)
+    # lecture 02, section 8: the name is not in the output vocabulary, the attention finds it,
+    # and the vocabulary's own best guess is the unknown-word token
+    assert "Itzel" in ex.source and "Itzel" not in ex.vocab
+    assert int((ex.encoder_states @ ex.query).argmax()) == ex.source.index("Itzel")
+    assert ex.vocab[int(ex.vocab_logits.argmax())] == "<unk>"
+    assert 0.0 < ex.p_gen < 1.0

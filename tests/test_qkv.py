@@ -80,10 +80,36 @@ def test_softmax_peak_saturates_only_without_scaling():
     assert out["grad_raw"][1] < 0.5 * out["grad_scaled"][1]
 
 
-def test_role_table_and_sentence_embeddings():
-    t = qkv.role_table()
-    assert t.roles[0] == "Subject" and t.fillers[0] == "Professor Perry"
-    assert t.keys.shape == (5, 5)
+def test_word_table_and_sentence_embeddings():
+    t = qkv.word_table()
+    assert t.words == list(dict.fromkeys(qkv.SENTENCE))  # distinct words, sentence order
+    assert t.keys.shape == (len(t.words), len(qkv.FEATURES))
+    assert torch.equal(t.values, torch.eye(len(t.words)))
+    assert torch.equal(t.keys[t.words.index("man")], torch.tensor([1.0, 0, 0, 1, 0, 0]))
     x = qkv.sentence_embeddings()
     assert x.shape == (len(qkv.SENTENCE), len(qkv.FEATURES))
     assert torch.equal(x, qkv.sentence_embeddings())  # seeded, reproducible
+
+
+def test_feature_query_soft_lookup_finds_the_animate_noun():
+    q = qkv.feature_query(2.0, noun=1, animate=1)
+    assert torch.equal(q, torch.tensor([2.0, 0, 0, 2, 0, 0]))
+    t = qkv.word_table()
+    answer = torch.softmax(t.keys @ q, dim=-1) @ t.values  # the lecture's recap of lecture 02
+    assert t.words[int(answer.argmax())] == "man" and float(answer.max()) > 0.7
+    with pytest.raises(ValueError, match="unknown features"):
+        qkv.feature_query(colour=1)
+
+
+def test_draw_shape_flow_draws_every_matrix_to_its_shape():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = qkv.draw_shape_flow(Tq=4, Tk=6, d_model=5, d=3, dv=2)
+    left, right = fig.axes
+    # cells per panel: X, W_q, Q; X_kv, W_k, K; X_kv, W_v, V  |  Q, K^T, S, A; A, V, Y
+    assert len(left.patches) == 4 * 5 + 5 * 3 + 4 * 3 + 6 * 5 + 5 * 3 + 6 * 3 + 6 * 5 + 5 * 2 + 6 * 2
+    assert len(right.patches) == 4 * 3 + 3 * 6 + 2 * 4 * 6 + 4 * 6 + 6 * 2 + 4 * 2
+    plt.close(fig)

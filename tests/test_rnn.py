@@ -74,3 +74,8 @@ def test_passage_has_far_reference():
     assert toks[:3] == ["Catherine", "the", "Great"]
     assert toks[-3:] == ["her", "signature", "."]
     assert len(toks) - 3 - 2 > 60  # "her" is more than 60 steps after "Great"
+
+
+def test_repr_names_the_configuration():
+    text = repr(VanillaRNN(RNNConfig(d_in=3, d_hidden=4, weight_scale=0.9)))
+    assert text == "VanillaRNN(d_in=3, d_hidden=4, weight_scale=0.9)"

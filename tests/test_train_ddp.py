@@ -52,3 +52,21 @@ def test_two_process_gloo_run_keeps_replicas_identical(tmp_path):
     ck = torch.load(tmp_path / "ckpt.pt", weights_only=False)
     assert ck["step"] == 10 and ck["history"]["step"] == [5, 10]
     assert proc.stdout.count("done: 10 steps") == 1  # only rank 0 prints
+
+
+def test_two_process_run_on_a_time_budget_stops_together(tmp_path):
+    """With a time budget rank 0's clock decides for both ranks: the same learning rates, the
+    same last step, identical replicas (a rank that stopped alone would hang the other)."""
+    env = dict(os.environ, AWB_TINYSHAKESPEARE=str(SHARED.resolve()), OMP_NUM_THREADS="1",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={free_port()}", "-m", "attention_workbook.train", "--preset", "smoke",
+           "--backend", "gloo", "--device", "cpu", "--out", str(tmp_path), "--quiet", "--sample", "0",
+           "--max-seconds", "2", "--set", "max_iters=100000", "--set", "eval_interval=100000",
+           "--set", "eval_iters=2", "--set", "threads=1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"summary_rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["max_seconds"] == r1["max_seconds"] == 2
+    assert r0["steps"] == r1["steps"] < 100000 and r0["train_seconds"] >= 2
+    assert r0["param_checksum"] == pytest.approx(r1["param_checksum"], rel=1e-12, abs=1e-9)

@@ -1,57 +1,85 @@
-"""Visible checks, fast and in-process (no kernel, no nbgrader): the solution passes every
-visible check, and every catalogued mistake that declares a hint fails a visible check whose
-message contains that hint. (The nbgrader-level proof is tests/test_catalog.py.)"""
+"""Visible checks, fast and in-process (no kernel, no nbgrader), for every exercise at once:
 
+* the solution passes every visible check;
+* every catalogued mistake with a hint fails a visible check whose message contains that hint;
+  a contract-breaking mistake (``visible=True``: right on some of the inputs the text promises,
+  wrong on others) fails the visible part of EVERY cell it loses at grading, so nothing is
+  lost that the student could not see (tests/test_catalog.py checks nbgrader takes points only
+  from those cells);
+* every graded item has such a contract entry;
+* no message a mistake produces hands out a line of the solution;
+* every correct alternative passes the visible and hidden parts of every test cell without
+  writing anything to stderr while Python warnings are all turned on (nbgrader scores a cell
+  that writes to stderr 0).
+"""
+
+import ast
+import contextlib
+import io
 import os
 import re
+import warnings
+from pathlib import Path
 
 import nbformat
 import pytest
 
 from attention_workbook.checks import CheckFailed
 from awb_grader import catalog
-from awb_grader.course import SOLUTIONS, assignments
+from awb_grader.course import REPO, SOLUTIONS, assignments
+from awb_grader.variants import solution_cells
 
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 
 
-def run_visible(assignment: str, overrides: dict[str, str]) -> dict[str, str | None]:
-    """Execute the notebook's code in-process; {test cell id: failure message or None}."""
+def run_cells(assignment: str, overrides: dict[str, str], hidden: bool = False,
+              only: set[str] | None = None) -> dict[str, tuple[str | None, str]]:
+    """Execute the notebook's code in-process: {test cell id: (failure message or None, what
+    the cell wrote to stderr)}. Visible parts only unless ``hidden``; ``only`` limits the test
+    cells run (answer and plain cells always run). Python warnings are all turned on, as in a
+    kernel started with PYTHONWARNINGS=always."""
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     ns: dict = {"__name__": "__main__"}
-    results: dict[str, str | None] = {}
+    results: dict[str, tuple[str | None, str]] = {}
     old = os.environ.get("NBGRADER_EXECUTION")
     os.environ["NBGRADER_EXECUTION"] = "autograde"  # notebooks skip long demos under grading
     cwd = os.getcwd()
     os.chdir(SOLUTIONS / assignment)
     try:
-        for cell in nb.cells:
-            if cell.cell_type != "code" or "awb-setup" in cell.metadata.get("tags", []):
-                continue
-            meta = cell.metadata.get("nbgrader", {})
-            gid = meta.get("grade_id")
-            if meta.get("solution"):
-                src = overrides.get(gid, _MARKERS.sub("", cell.source))
-            elif meta.get("grade"):
-                src = _HIDDEN.sub("", cell.source)
-            else:
-                src = cell.source
-            if not meta.get("grade"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            for cell in nb.cells:
+                if cell.cell_type != "code" or "awb-setup" in cell.metadata.get("tags", []):
+                    continue
+                meta = cell.metadata.get("nbgrader", {})
+                gid = meta.get("grade_id")
+                if meta.get("solution"):
+                    src = overrides.get(gid, _MARKERS.sub("", cell.source))
+                elif meta.get("grade"):
+                    if only is not None and gid not in only:
+                        continue
+                    src = _MARKERS.sub("", cell.source) if hidden else _HIDDEN.sub("", cell.source)
+                else:
+                    src = cell.source
+                if not meta.get("grade"):
+                    try:
+                        with contextlib.redirect_stderr(io.StringIO()):
+                            exec(compile(src, f"<cell {gid}>", "exec"), ns)  # noqa: S102 - our notebooks
+                    except Exception:  # noqa: BLE001 - a broken answer cell, like in a notebook
+                        # with wrong code, later demo cells may fail too (as in a real notebook)
+                        if not (meta.get("solution") or overrides):
+                            raise
+                    continue
+                err = io.StringIO()
                 try:
-                    exec(compile(src, f"<cell {gid}>", "exec"), ns)  # noqa: S102 - our notebooks
-                except Exception:  # noqa: BLE001 - a broken answer cell, like in a notebook
-                    # with wrong code, later demo cells may fail too (as in a real notebook)
-                    if not (meta.get("solution") or overrides):
-                        raise
-                continue
-            try:
-                exec(compile(src, f"<cell {gid}>", "exec"), ns)  # noqa: S102
-                results[gid] = None
-            except CheckFailed as e:
-                results[gid] = e.plain()
-            except Exception as e:  # noqa: BLE001
-                results[gid] = f"{type(e).__name__}: {e}"
+                    with contextlib.redirect_stderr(err):
+                        exec(compile(src, f"<cell {gid}>", "exec"), ns)  # noqa: S102
+                    results[gid] = (None, err.getvalue())
+                except CheckFailed as e:
+                    results[gid] = (e.plain(), err.getvalue())
+                except Exception as e:  # noqa: BLE001
+                    results[gid] = (f"{type(e).__name__}: {e}", err.getvalue())
     finally:
         import matplotlib.pyplot as plt
 
@@ -64,23 +92,147 @@ def run_visible(assignment: str, overrides: dict[str, str]) -> dict[str, str | N
     return results
 
 
+def run_visible(assignment: str, overrides: dict[str, str], only: set[str] | None = None) -> dict[str, str | None]:
+    """{test cell id: failure message of its visible part, or None}."""
+    return {k: msg for k, (msg, _err) in run_cells(assignment, overrides, only=only).items()}
+
+
 @pytest.mark.parametrize("assignment", assignments())
 def test_solution_passes_visible_checks(assignment):
-    results = run_visible(assignment, {})
+    results = run_cells(assignment, {})
     assert results, "no test cells found"
-    failed = {k: v for k, v in results.items() if v}
+    failed = {k: msg for k, (msg, _) in results.items() if msg}
     assert not failed, failed
+    noisy = {k: err for k, (_, err) in results.items() if err}
+    assert not noisy, noisy
 
 
-HINTED = [(a, m) for a in assignments() for m in catalog.mistakes(a) if m.hint]
+# ----------------------------------------------------------------------------------------
+# what the solution looks like, to recognise it in a message
+# ----------------------------------------------------------------------------------------
+def _line_fragments(line: str, min_len: int = 25) -> set[str]:
+    """One solution line as the fragments a hint must not contain: the line without its
+    comment, and the expression of a `return` or of an assignment, whitespace collapsed."""
+    code = line.split("  #")[0].split("# ")[0] if "#" in line else line
+    code = " ".join(code.split())
+    if not code or code.startswith(("def ", "class ", "\"\"\"", "@")):
+        return set()
+    parts = [code]
+    if code.startswith("return "):
+        parts.append(code[len("return "):])
+    m = re.match(r"^[\w\[\]., ()]+?\s*=\s*(.+)$", code)
+    if m and "==" not in code.split("=")[0]:
+        parts.append(m.group(1))
+    return {p for p in parts if len(p) >= min_len}
 
 
-@pytest.mark.parametrize("assignment,mistake", HINTED, ids=[f"{a[:2]}-{m.id}" for a, m in HINTED])
-def test_visible_hint_names_the_mistake(assignment, mistake):
-    results = run_visible(assignment, {mistake.cell: mistake.source, **mistake.extra_cells})
-    messages = [results.get(c) or "" for c in mistake.must_fail]
-    assert any(messages), f"{mistake.id} passes every visible check it should fail"
-    assert any(mistake.hint.lower() in m.lower() for m in messages), "\n---\n".join(m for m in messages if m)
+def _spec_text(assignment: str) -> str:
+    """The exercise's markdown, whitespace collapsed: code the text itself gives is the
+    specification (attribute names, the interface), not an answer a hint would give away."""
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    return " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+
+
+def _answer_fragments(assignment: str, src: str) -> set[str]:
+    """Fragments of the lines of a solution cell whose code the exercise text does not give."""
+    spec = _spec_text(assignment)
+    out = set()
+    for line in src.splitlines():
+        frags = _line_fragments(line)
+        if not any(f in spec for f in frags):
+            out |= frags
+    return out
+
+
+SOLUTION_FRAGMENTS = {a: {cell: _answer_fragments(a, src) for cell, src in solution_cells(a).items()}
+                      for a in assignments()}
+
+
+def _leaks(assignment: str, text: str) -> list[tuple[str, str]]:
+    flat = " ".join(text.split())
+    return [(cell, frag) for cell, frags in SOLUTION_FRAGMENTS[assignment].items() for frag in frags if frag in flat]
+
+
+# ----------------------------------------------------------------------------------------
+# mistakes
+# ----------------------------------------------------------------------------------------
+ALL_MISTAKES = [(a, m) for a in assignments() for m in catalog.mistakes(a)]
+
+
+@pytest.mark.parametrize("assignment,mistake", ALL_MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in ALL_MISTAKES])
+def test_visible_checks_name_the_mistake(assignment, mistake):
+    results = run_visible(assignment, {mistake.cell: mistake.source, **mistake.extra_cells}, only=set(mistake.must_fail))
+    messages = {c: results.get(c) or "" for c in mistake.must_fail}
+    leaks = {c: _leaks(assignment, msg) for c, msg in messages.items() if _leaks(assignment, msg)}
+    assert not leaks, f"{mistake.id}: a message hands out solution code: {leaks}"
+    if mistake.visible:
+        silent = [c for c, msg in messages.items() if not msg]
+        assert not silent, (f"{mistake.id} breaks the contract, yet the visible part of {silent} passes: "
+                            "the student would lose those points at grading without a warning")
+    if mistake.hint:
+        assert any(messages.values()), f"{mistake.id} passes every visible check it should fail"
+        assert any(mistake.hint.lower() in m.lower() for m in messages.values()), \
+            "\n---\n".join(m for m in messages.values() if m)
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_every_graded_item_has_a_contract_entry(assignment):
+    """Each answer cell has at least one catalogued way to break only its contract, caught visibly."""
+    answers = set(solution_cells(assignment))
+    covered = {m.cell for m in catalog.mistakes(assignment) if m.visible}
+    assert answers - covered == set(), f"graded items without a contract-breaking entry: {sorted(answers - covered)}"
+
+
+# ----------------------------------------------------------------------------------------
+# messages never hand out the answer
+# ----------------------------------------------------------------------------------------
+def _message_strings(path: Path) -> list[str]:
+    """Every string constant of a check module (f-strings with their placeholders as '{}')."""
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            out.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values))
+    return out
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_check_texts_do_not_contain_solution_lines(assignment):
+    """No string in the visible or hidden checks of an exercise is a line of its solution
+    (25 characters or more): a hint describes the idea and points to the lecture."""
+    n = assignment[:2]
+    found = []
+    for path in (REPO / f"attention_workbook/checks/ex{n}.py", REPO / f"autograder/awb_grader/hidden/ex{n}.py"):
+        for text in _message_strings(path):
+            found += [(path.name, frag) for _cell, frag in _leaks(assignment, text)]
+    assert not found, found
+
+
+# ----------------------------------------------------------------------------------------
+# alternatives: full marks, silently, with every warning turned on
+# ----------------------------------------------------------------------------------------
+ALL_ALTERNATIVES = [(a, alt) for a in assignments() for alt in catalog.alternatives(a)]
+
+
+def test_every_exercise_has_an_alternative_that_raises_warnings():
+    missing = [a for a in assignments() if not any(alt.id.startswith("warnings_") for alt in catalog.alternatives(a))]
+    assert not missing, f"exercises without a warnings_* alternative: {missing}"
+
+
+@pytest.mark.parametrize("assignment,alt", ALL_ALTERNATIVES, ids=[f"{a[:2]}-{alt.id}" for a, alt in ALL_ALTERNATIVES])
+def test_alternative_passes_without_a_word_on_stderr(assignment, alt):
+    from attention_workbook.checks import core
+
+    before = core.CAPTURED["warnings"]
+    results = run_cells(assignment, dict(alt.cells), hidden=True)
+    if alt.id.startswith("warnings_"):   # written to raise warnings: make sure it does (else this tests nothing)
+        assert core.CAPTURED["warnings"] > before, f"{alt.id} raised no warning inside the checks"
+    failed = {k: msg for k, (msg, _) in results.items() if msg}
+    assert not failed, failed
+    noisy = {k: err for k, (_, err) in results.items() if err}
+    assert not noisy, f"these test cells write to stderr (nbgrader would score them 0): {noisy}"
 
 
 def test_failure_renders_short_without_traceback():

@@ -4,6 +4,7 @@
     python tools/nbsrc.py build SRC.py OUT.ipynb [--nbgrader] [--execute] [--timeout 120]
     python tools/nbsrc.py to-py NB.ipynb OUT.py
     python tools/nbsrc.py sync-links [NB.ipynb ...]      # rewrite badge/setup cells everywhere
+                                                          # (then `make release` for exercises/)
 
 Cell markers (one per cell, at the start of a line):
 
@@ -213,8 +214,11 @@ def main(argv=None) -> int:
     elif a.cmd == "to-py":
         a.out.write_text(to_py(a.nb))
     elif a.cmd == "sync-links":
-        for p in sync_links(a.paths or all_notebooks()):
+        changed = sync_links(a.paths or all_notebooks())
+        for p in changed:
             print(f"updated {p}")
+        if any(p.resolve().relative_to(ROOT).parts[0] == "solutions" for p in changed):
+            print("solutions/ changed: regenerate exercises/ with `make release` (`make links` does both)")
     return 0
 
 

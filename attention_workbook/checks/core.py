@@ -4,15 +4,30 @@ A failed check raises :class:`CheckFailed`. IPython asks an exception for
 ``_render_traceback_()`` before formatting it, so a failure shows the student a short
 hint (what went wrong, the likely mistake, the lecture section to reread) instead of a
 long traceback into this package. nbgrader still sees an error and withholds the points.
+
+Warnings never cost points: nbgrader scores a test cell 0 as soon as anything reaches stderr,
+and a Python warning (a deprecation in the student's own code, or the checks turning a tensor
+that requires grad into a number) is printed to stderr. Every check function is wrapped by
+:func:`guard` (each check module ends with ``guard(globals())``) and :func:`call` runs student
+code under the same capture: warnings are recorded, never printed, and when a check fails the
+recorded warnings that explain the failure are added to its message.
+
+Integer answers (a parameter count, ...) follow one rule, :func:`expect_int`: a Python int, or
+anything Python itself accepts as an index (a numpy integer, a one-element integer tensor);
+a float is not an integer answer, even when it is a whole number.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import linecache
 import math
+import operator
 import sys
 import traceback
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
@@ -74,22 +89,30 @@ def _student_frames(tb) -> list[str]:
 def call(fn: Callable, *args, name: str | None = None, reread: str | None = None, **kwargs) -> Any:
     """Call student code; turn any exception into a short CheckFailed that names it."""
     name = name or getattr(fn, "__name__", "your function")
-    _own_work(fn, name)
-    try:
-        return fn(*args, **kwargs)
-    except CheckFailed:
-        raise
-    except ForbiddenCall as e:
-        raise CheckFailed(f"{name} called a built-in that this exercise rules out",
-                          hint=str(e), reread=reread) from None
-    except NotImplementedError:
-        raise CheckFailed(f"{name} is not implemented yet",
-                          hint="replace `raise NotImplementedError()` with your code, run that cell, then this one",
-                          reread=reread) from None
-    except Exception as e:  # noqa: BLE001 - any student error becomes a hint
-        tb = _student_frames(sys.exc_info()[2])
-        raise CheckFailed(f"{name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                          hint=_hint_for_exception(e), reread=reread, student_tb=tb) from None
+    with warnings.catch_warnings(record=True) as seen:   # student warnings: recorded, never printed
+        warnings.simplefilter("always")
+        _own_work(fn, name)
+        try:
+            return fn(*args, **kwargs)
+        except CheckFailed as e:
+            explain_warnings(e, seen)
+            raise
+        except ForbiddenCall as e:
+            raise CheckFailed(f"{name} called a built-in that this exercise rules out",
+                              hint=str(e), reread=reread) from None
+        except NotImplementedError:
+            raise CheckFailed(f"{name} is not implemented yet",
+                              hint="replace `raise NotImplementedError()` with your code, run that cell, then this one",
+                              reread=reread) from None
+        except Exception as e:  # noqa: BLE001 - any student error becomes a hint
+            tb = _student_frames(sys.exc_info()[2])
+            err = CheckFailed(f"{name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                              hint=_hint_for_exception(e), reread=reread, student_tb=tb)
+            explain_warnings(err, seen)
+            raise err from None
+        finally:
+            _count(seen)
+            _RECENT.extend(seen)    # a later failure of the check may be explained by them
 
 
 def _own_work(fn: Callable, name: str) -> None:
@@ -109,6 +132,115 @@ def _hint_for_exception(e: Exception) -> str | None:
     if isinstance(e, (NameError,)):
         return "a name is not defined: did you run every cell above this one?"
     return None
+
+
+# ----------------------------------------------------------------------------------------
+# warnings: captured inside the checks, used to explain a failure, never printed
+# ----------------------------------------------------------------------------------------
+WARNING_HINTS = {
+    "not a leaf Tensor": "you read .grad of a tensor that is not a leaf (a result of an operation): .grad is only "
+                         "filled for the tensor you called requires_grad_() on; use torch.autograd.grad(loss, x)",
+    "Implicit dimension choice for softmax": "a softmax without dim= picks an axis for you; name it: dim=-1",
+    "on tensors of dimension other than 2": "x.T reverses ALL the axes of a tensor that is not 2-D: to swap "
+                                            "the last two axes use x.mT or x.transpose(-2, -1)",
+    "requires_grad=True to a scalar": "a tensor that still requires grad was turned into a number: .detach() it first",
+}
+
+
+CAPTURED = {"warnings": 0}   # how many warnings the checks have swallowed (the tests read it)
+
+
+_RECENT: list = []   # warnings student code raised inside call() during the running guarded check
+
+
+def _count(seen: list) -> None:
+    CAPTURED["warnings"] += len(seen)
+
+
+def explain_warnings(err: CheckFailed, seen: list) -> None:
+    """Add the warnings recorded while a failing check ran to its message (once each); a
+    warning known to explain a failure (WARNING_HINTS) becomes the hint when there is none."""
+    for w in seen:
+        text = str(w.message).splitlines()[0] if str(w.message) else type(w.message).__name__
+        line = f"Python warned: {text[:200]}"
+        if line in err.details or sum(d.startswith("Python warned:") for d in err.details) >= 3:
+            continue
+        err.details.append(line)
+        known = next((h for k, h in WARNING_HINTS.items() if k in str(w.message)), None)
+        if known and not err.hint:
+            err.hint = known
+    err.args = (err.plain(),)
+
+
+def guarded(fn: Callable) -> Callable:
+    """``fn`` with every warning it (or student code it calls) raises recorded instead of
+    printed; when it fails, the recorded warnings are added to the CheckFailed message."""
+    if getattr(fn, "__awb_guarded__", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        outer = _RECENT[:]
+        _RECENT.clear()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                return fn(*args, **kwargs)
+            except CheckFailed as e:
+                explain_warnings(e, _RECENT + seen)
+                raise
+            finally:
+                _count(seen)
+                _RECENT[:] = outer
+
+    wrapper.__awb_guarded__ = True
+    return wrapper
+
+
+def guard(namespace: dict) -> None:
+    """Wrap every public function defined in a check module with :func:`guarded`. Each check
+    module (visible ``checks.exNN`` and hidden ``awb_grader.hidden.exNN``) ends with
+    ``guard(globals())``, so no check, and no student code a check calls, can print a warning."""
+    module = namespace.get("__name__")
+    for name, obj in list(namespace.items()):
+        if (name.startswith("_") or not inspect.isfunction(obj) or obj.__module__ != module
+                or inspect.isgeneratorfunction(obj)):
+            continue
+        namespace[name] = guarded(obj)
+
+
+# ----------------------------------------------------------------------------------------
+# integer answers
+# ----------------------------------------------------------------------------------------
+INT_RULE = ("return a whole number: a Python int (or anything Python accepts as an index, such as a "
+            "one-element integer tensor); use // and int(...), not /")
+
+
+def as_int(value: Any) -> int | None:
+    """The integer an answer stands for under the workbook's one rule, or None: a Python int or
+    anything ``operator.index`` accepts (numpy integers, one-element integer tensors); never a
+    bool, never a float (not even 3.0)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, torch.Tensor) and value.requires_grad:
+        value = value.detach()
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def expect_int(value: Any, what: str, reread: str | None = None) -> int:
+    """``value`` as an int (see :func:`as_int`), or a CheckFailed that says why it is not one."""
+    n = as_int(value)
+    if n is not None:
+        return n
+    if isinstance(value, float) or (isinstance(value, torch.Tensor) and value.is_floating_point()):
+        raise CheckFailed(f"{what} returned a float ({value!r}), not an integer", hint=INT_RULE, reread=reread)
+    if value is None:
+        raise CheckFailed(f"{what} returned None", hint="did you forget a `return`?", reread=reread)
+    raise CheckFailed(f"{what} returned {type(value).__name__} {value!r}, not an integer", hint=INT_RULE,
+                      reread=reread)
 
 
 @contextlib.contextmanager
@@ -191,3 +323,4 @@ def first_match(out: torch.Tensor, candidates: dict[str, torch.Tensor], atol: fl
         if tuple(cand.shape) == tuple(out.shape) and close(out, cand, atol=atol):
             return name
     return None
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
 
 LECTURE = "lectures/00_tensor_shapes.ipynb"
 SEC_AXES = f"lecture 00, section 2 'Adding and removing axes' ({LECTURE}#axes)"
@@ -75,6 +75,9 @@ def pairwise_dots_shape(pairwise_dots) -> None:
     expect_shape(out, (2, 3, 3), "pairwise_dots(x)", inputs="x of shape (B, T, C) = (2, 3, 5)",
                  hint="one number per pair of tokens: (B, T, T); transpose only the last two axes (x.mT), not x.T",
                  reread=SEC_MATMUL)
+    out = _pairwise(pairwise_dots, torch.randn(1, 1, 4))       # a single sequence of a single token
+    expect_shape(out, (1, 1, 1), "pairwise_dots(x)", inputs="x of shape (B, T, C) = (1, 1, 4)", reread=SEC_MATMUL,
+                 hint="one number per pair of tokens: (B, T, T), also when B or T is 1")
     passed("pairwise_dots: (B, T, C) -> (B, T, T)")
 
 
@@ -101,7 +104,7 @@ def pairwise_dots_values(pairwise_dots) -> None:
 def _split(split_last, x, n):
     out = _call(split_last, x, n, name="split_last", reread=SEC_RESHAPE, hints={
         "values to unpack": "don't assume x is 3-D: x.shape[:-1] is the tuple of leading axes, "
-                            "whatever their number: x.reshape(*x.shape[:-1], n, D // n)"})
+                            "whatever their number; keep it as it is and split only the last axis"})
     return expect_tensor(out, "split_last", reread=SEC_RESHAPE)
 
 
@@ -143,21 +146,28 @@ def split_last_values(split_last) -> None:
 
 
 def split_last_error(split_last) -> None:
+    """ValueError when n does not divide D, and only then (a divisible D still splits, here on a 2-D x)."""
     x = torch.randn(2, 10)
     try:
         out = split_last(x, 3)
     except ValueError:
-        passed("split_last: raises ValueError when D is not divisible by n")
-        return
+        out = None
     except NotImplementedError:
         call(split_last, x, 3, name="split_last", reread=SEC_RESHAPE)   # says "not implemented yet"
     except Exception as e:  # noqa: BLE001
         raise CheckFailed(f"split_last(x of shape (2, 10), n=3) raised {type(e).__name__}, not ValueError",
                           hint="check `D % n` first and `raise ValueError(...)` with a message that names D and n",
                           reread=SEC_RESHAPE) from None
-    raise CheckFailed("split_last(x of shape (2, 10), n=3) did not raise", reread=SEC_RESHAPE,
-                      hint="10 channels cannot be split into 3 equal groups: raise ValueError",
-                      details=[f"it returned {type(out).__name__}"])
+    else:
+        raise CheckFailed("split_last(x of shape (2, 10), n=3) did not raise", reread=SEC_RESHAPE,
+                          hint="10 channels cannot be split into 3 equal groups: raise ValueError",
+                          details=[f"it returned {type(out).__name__}"])
+    x = torch.randn(2, 12)
+    out = _split(split_last, x, 4)
+    expect_shape(out, (2, 4, 3), "split_last(x of shape (2, 12), n=4)", reread=SEC_RESHAPE,
+                 hint="12 channels split into 4 groups of 3: only a D that n does not divide is an error")
+    expect_close(out, x.reshape(2, 4, 3), "split_last(x of shape (2, 12), n=4)", reread=SEC_RESHAPE)
+    passed("split_last: raises ValueError when D is not divisible by n, and only then")
 
 
 # ----------------------------------------------------------------------------------------
@@ -175,7 +185,7 @@ def batched_outer_shape(batched_outer) -> None:
     out = _outer(batched_outer, a, b)
     if tuple(out.shape) == (2, 4, 3):
         raise CheckFailed("batched_outer returned (B, n, m) = (2, 4, 3)", reread=SEC_AXES,
-                          hint="a's axis must come first: a[:, :, None] (B, m, 1) times b[:, None, :] (B, 1, n)")
+                          hint="a's axis must come first: a as (B, m, 1) times b as (B, 1, n)")
     if tuple(out.shape) == (3, 4):
         raise CheckFailed("batched_outer returned (m, n) = (3, 4): the batch axis is gone", reread=SEC_EINSUM,
                           hint="an index missing after '->' is summed out: keep b in the output ('bi,bj->bij')")
@@ -204,7 +214,7 @@ def _einsum_mm(einsum_matmul, A, B):
     with forbid(matmul_builtins(), NO_MATMUL):
         out = _call(einsum_matmul, A, B, name="einsum_matmul", reread=SEC_EINSUM, hints={
             "no ellipsis": "batched inputs have extra leading axes: write '...' in front of each group of "
-                           "letters ('...ik,...kj->...ij') so einsum treats them as batch axes",
+                           "letters (both inputs and the output) so einsum treats them as batch axes",
             "does not broadcast": "the summed letter must name A's LAST axis and B's SECOND-TO-LAST axis: "
                                   "A is (i, k), B is (k, j)"})
     return expect_tensor(out, "einsum_matmul", reread=SEC_EINSUM)
@@ -227,13 +237,13 @@ def einsum_matmul_2d(einsum_matmul) -> None:
 
 def einsum_matmul_batched(einsum_matmul) -> None:
     torch.manual_seed(0)
-    for lead in [(2,), (2, 3)]:
+    for lead in [(2,), (2, 3), (2, 1, 3)]:
         A, Bm = torch.randn(*lead, 3, 4), torch.randn(*lead, 4, 5)
         out = _einsum_mm(einsum_matmul, A, Bm)
         expect_shape(out, (*lead, 3, 5), "einsum_matmul with leading (batch) axes",
                      inputs=f"A {tuple(A.shape)}, B {tuple(Bm.shape)}", reread=SEC_MATMUL,
                      hint="like @, leading axes are batch axes: '...' in einsum stands for all of them "
-                          "('...ik,...kj->...ij')")
+                          "(in front of each input's letters and of the output's)")
         expect_close(out, A @ Bm, "einsum_matmul with leading axes", reread=SEC_MATMUL,
                      inputs=f"A {tuple(A.shape)}, B {tuple(Bm.shape)}")
     passed("einsum_matmul: works with any number of leading batch axes, like @")
@@ -273,6 +283,12 @@ def merge_heads_values(merge_heads) -> None:
     expect_close(out, want, "merge_heads(x)", reread=SEC_RESHAPE,
                  hint=_named(out, cands, "token t's channels are head 0's hs numbers, then head 1's, ..."),
                  inputs="x[0, h, t, c] = 100h + 10t + c, shape (1, 2, 3, 2)",)
+    xt = x.transpose(1, 2).contiguous().transpose(1, 2)   # the same numbers, laid out as attention produces them
+    out_t = _merge(merge_heads, xt)
+    if tuple(out_t.shape) != tuple(want.shape) or not close(out_t, want):
+        raise CheckFailed("merge_heads gives another result for the same (B, nh, T, hs) tensor stored non-contiguously",
+                          reread=SEC_RESHAPE, hint="attention produces x as a transposed view: work from the shape "
+                                                   "and the indices only, never from the memory layout")
     passed("merge_heads: token t = [head 0 of t, head 1 of t, ...]")
 
 
@@ -307,3 +323,6 @@ def center_tokens_values(center_tokens) -> None:
     expect_close(expect_tensor(out2, "center_tokens"), x2 - x2.mean(-1, keepdim=True),
                  "center_tokens(x) with T != C", reread=SEC_BROADCAST, inputs="x (2, 4, 6)")
     passed("center_tokens: every token vector has mean 0 over its channels")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
 
 LECTURE = "lectures/01_rnn_limitations.ipynb"
 SEC_UNROLLED = f"lecture 01, section 1 'The RNN, unrolled' ({LECTURE}#unrolled)"
@@ -53,13 +53,13 @@ def rnn_wrong_variants(x, h0, W_xh, W_hh, b) -> dict[str, torch.Tensor]:
     }
 
 
-def _inputs(seed, B, T, D, H, h0_zero=False):
+def _inputs(seed, B, T, D, H, h0_zero=False, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(B, T, D, generator=g)
-    h0 = torch.zeros(B, H) if h0_zero else torch.randn(B, H, generator=g)
-    W_xh = torch.randn(D, H, generator=g) / D ** 0.5
-    W_hh = torch.randn(H, H, generator=g) / H ** 0.5          # not symmetric: a transpose shows
-    b = torch.randn(H, generator=g) * 0.5
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    h0 = torch.zeros(B, H, dtype=dtype) if h0_zero else torch.randn(B, H, generator=g, dtype=dtype)
+    W_xh = torch.randn(D, H, generator=g, dtype=dtype) / D ** 0.5
+    W_hh = torch.randn(H, H, generator=g, dtype=dtype) / H ** 0.5          # not symmetric: a transpose shows
+    b = torch.randn(H, generator=g, dtype=dtype) * 0.5
     return x, h0, W_xh, W_hh, b
 
 
@@ -127,7 +127,9 @@ def rnn_forward_h0(rnn_forward) -> None:
     _rnn_values(rnn_forward, args, "rnn_forward with a non-zero h0")
     args = _inputs(3, 2, 1, 3, 4)
     _rnn_values(rnn_forward, args, "rnn_forward with T = 1")
-    passed("rnn_forward: starts from the given h0 (and works for T = 1)")
+    args = _inputs(7, 1, 3, 2, 3)
+    _rnn_values(rnn_forward, args, "rnn_forward with a batch of one sequence (B = 1)")
+    passed("rnn_forward: starts from the given h0 (and works for T = 1 and B = 1)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -158,15 +160,24 @@ def _grad_variants(x, h0, W_xh, W_hh, b) -> dict[str, torch.Tensor]:
     }
 
 
+DTYPE_HINT = ("keep x's dtype: the checks (like the Try-it cell) pass float64 tensors, and a copy converted to "
+              "another dtype no longer matches the weights; detach and clone, nothing else")
+
+
 def _student_grad(gradient_vs_distance, args, forward=reference_forward):
-    out = call(gradient_vs_distance, *args, forward=forward, name="gradient_vs_distance", reread=SEC_DISTANCE)
+    try:
+        out = call(gradient_vs_distance, *args, forward=forward, name="gradient_vs_distance", reread=SEC_DISTANCE)
+    except CheckFailed as e:
+        if "dtype" in e.title or "scalar type" in e.title:
+            raise CheckFailed(e.title, hint=DTYPE_HINT, reread=SEC_DISTANCE, student_tb=e.student_tb) from None
+        raise
     out = expect_tensor(out, "gradient_vs_distance", reread=SEC_DISTANCE)
     return out.detach()
 
 
 def gradient_vs_distance_shape(gradient_vs_distance) -> None:
     B, T, D, H = 2, 6, 3, 4
-    x, h0, W_xh, W_hh, b = _inputs(4, B, T, D, H)
+    x, h0, W_xh, W_hh, b = _inputs(4, B, T, D, H, dtype=torch.float64)
     calls = []
 
     def counting_forward(*a, **k):
@@ -203,12 +214,15 @@ def _grad_values(gradient_vs_distance, args, what):
 
 
 def gradient_vs_distance_single(gradient_vs_distance) -> None:
-    args = _inputs(5, 1, 7, 3, 4)
+    args = _inputs(5, 1, 7, 3, 4, dtype=torch.float64)
     _grad_values(gradient_vs_distance, args, "gradient_vs_distance for one sequence")
     passed("gradient_vs_distance: the norms match d sum(h_T) / d x_{T-k}, ordered by distance k")
 
 
 def gradient_vs_distance_batch(gradient_vs_distance) -> None:
-    args = _inputs(6, 3, 5, 2, 4)
+    args = _inputs(6, 3, 5, 2, 4, dtype=torch.float64)
     _grad_values(gradient_vs_distance, args, "gradient_vs_distance for a batch of 3 sequences")
     passed("gradient_vs_distance: one norm over the batch and input axes together")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
 
 LECTURE = "lectures/02_attention_as_lookup.ipynb"
 SEC_HARD = f"lecture 02, section 1 'A dictionary is a hard lookup' ({LECTURE}#hard-lookup)"
@@ -69,7 +69,7 @@ def hard_lookup_single(hard_lookup) -> None:
         if not close(out, want):
             scores = [round(s, 2) for s in (KEYS @ q).tolist()]
             raise CheckFailed("hard_lookup returned the wrong value", reread=SEC_HARD,
-                              hint=_diagnose_hard(out, q) or "score = keys @ query, then return values[scores.argmax()]",
+                              hint=_diagnose_hard(out, q) or "score every key against the query, then return the value stored under the best one",
                               details=[f"inputs: {inputs}", f"dot products with the keys: {scores}",
                                        f"expected {want.tolist()}, got {out.tolist()}"])
     passed("hard_lookup: one query returns the value of the best-scoring key")
@@ -92,6 +92,12 @@ def hard_lookup_batch(hard_lookup) -> None:
     expect_close(out, _hard_reference(q, KEYS, VALUES), "hard_lookup with several queries", inputs=inputs,
                  reread=SEC_HARD, hint=_diagnose_hard(out, q) or
                  "scores = query @ keys.T works for (d,) and (n, d) alike; then argmax(dim=-1)")
+    q1 = QUERIES[1:2]                                   # n = 1: still a batch, (1, d) -> (1, dv)
+    out = _student_hard(hard_lookup, q1)
+    expect_shape(out, (1, 3), "hard_lookup(queries (1, d), keys, values)", reread=SEC_HARD,
+                 inputs="queries (1, 2), keys (4, 2), values (4, 3)",
+                 hint="a batch of one query (1, d) gives (1, dv): keep the query axis (no squeeze)")
+    expect_close(out, _hard_reference(q1, KEYS, VALUES), "hard_lookup with one query in a batch", reread=SEC_HARD)
     passed("hard_lookup: several queries (n, d) give (n, dv), one value per query")
 
 
@@ -188,6 +194,12 @@ def soft_lookup_temperature(soft_lookup) -> None:
     """temperature divides the scores: exact values at 0.5 and 3; close to hard_lookup at 0.01
     (and finite: no overflow); close to the plain average of the values at 1000."""
     keys, values, q = S_KEYS, S_VALUES, S_QUERIES
+    out = _student_soft(soft_lookup, q[0], keys, values, temperature=0.5)     # one query (d,) with a temperature
+    expect_shape(out, (2,), "soft_lookup(query (d,), ..., temperature=0.5)", reread=SEC_TEMP,
+                 inputs="query (3,), keys (4, 3), values (4, 2), temperature 0.5")
+    expect_close(out, _soft_reference(q[0], keys, values, 0.5), "soft_lookup(query (d,), ..., temperature=0.5)",
+                 reread=SEC_TEMP, hint=_diagnose_soft(out, q[0], keys, values, 0.5) or
+                 "weights = softmax(scores / temperature) over the keys")
     for tau in (0.5, 3.0):
         out = _student_soft(soft_lookup, q, keys, values, temperature=tau)
         inputs = f"queries (2, 3), keys (4, 3), values (4, 2), temperature {tau}"
@@ -215,3 +227,6 @@ def soft_lookup_temperature(soft_lookup) -> None:
                           "a huge temperature makes all scores look alike: every weight tends to 1/m",
                           details=[f"expected about {mean.tolist()}, got {out.tolist()}"])
     passed("soft_lookup: temperature divides the scores (0.01 -> hard lookup, 1000 -> plain average)")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
 
 LECTURE = "lectures/03_simplified_self_attention.ipynb"
 SEC_IDEA = f"lecture 03, section 1 'The idea' ({LECTURE}#idea)"
@@ -123,9 +123,10 @@ def _check(fn, name, x, reference, variants, reread, what):
 # 1. loops
 # ----------------------------------------------------------------------------------------
 def loops_values(simple_self_attention_loops) -> None:
-    """(S, D) input: the lecture's sentence; the input is not modified."""
-    _check(simple_self_attention_loops, "simple_self_attention_loops", sentence(), simple_reference,
-           simple_wrong_variants, SEC_LOOPS, "for each i: y_i = (1/S) * sum over ALL j of (x_i . x_j) * x_j")
+    """(S, D) input: the lecture's sentence, and a one-word sentence; the input is not modified."""
+    for x in (sentence(), sentence()[:1]):
+        _check(simple_self_attention_loops, "simple_self_attention_loops", x, simple_reference,
+               simple_wrong_variants, SEC_LOOPS, "for each i: y_i = (1/S) * sum over ALL j of (x_i . x_j) * x_j")
     passed("simple_self_attention_loops: 'The man eats breakfast' gives (1/S) sum_j (x_i . x_j) x_j")
 
 
@@ -140,8 +141,9 @@ def loops_batch(simple_self_attention_loops) -> None:
 # 2. matrix form
 # ----------------------------------------------------------------------------------------
 def simple_values(simple_self_attention) -> None:
-    _check(simple_self_attention, "simple_self_attention", sentence(), simple_reference, simple_wrong_variants,
-           SEC_MATRIX, "y = (x @ x^T) @ x / S, with the (S, S) matrix of all dot products in the middle")
+    for x in (sentence(), sentence()[:1]):
+        _check(simple_self_attention, "simple_self_attention", x, simple_reference, simple_wrong_variants,
+               SEC_MATRIX, "y = (x @ x^T) @ x / S, with the (S, S) matrix of all dot products in the middle")
     passed("simple_self_attention: (x x^T) x / S matches the formula on 'The man eats breakfast'")
 
 
@@ -155,8 +157,9 @@ def simple_batch(simple_self_attention) -> None:
 # 3. softmax weights
 # ----------------------------------------------------------------------------------------
 def softmax_values(softmax_self_attention) -> None:
-    _check(softmax_self_attention, "softmax_self_attention", sentence(), softmax_reference, softmax_wrong_variants,
-           SEC_SOFTMAX, "weights = softmax(x @ x^T) over the last axis (each row sums to 1); y = weights @ x")
+    for x in (sentence(), sentence()[:1]):
+        _check(softmax_self_attention, "softmax_self_attention", x, softmax_reference, softmax_wrong_variants,
+               SEC_SOFTMAX, "weights = softmax(x @ x^T) over the last axis (each row sums to 1); y = weights @ x")
     passed("softmax_self_attention: softmax(x x^T) x on 'The man eats breakfast'")
 
 
@@ -166,3 +169,6 @@ def softmax_batch(softmax_self_attention) -> None:
            "for (B, S, D): the scores are (B, S, S); the softmax runs over the LAST axis, dim=-1 (dim=1 is the "
            "query axis of a 3-D tensor)")
     passed("softmax_self_attention: works on a batch (B, S, D), softmax over the last axis")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .core import (CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match,
+from .core import (guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match,
                    forbid, passed, softmax_builtins)
 
 LECTURE = "lectures/04_queries_keys_values.ipynb"
@@ -65,7 +65,14 @@ def softmax_values(softmax) -> None:
                           details=[f"row sums: {[round(v, 4) for v in sums.tolist()]}"])
     expect_close(out, torch.softmax(x, -1), "softmax(x)", hint=diagnose_softmax(out, x, -1),
                  reread=SEC_SOFTMAX, inputs="x = [[1, 2, 3], [0, 0, 0], [-1, 0.5, 4]]")
-    passed("softmax: rows sum to 1 and the values match exp(x) / sum(exp(x))")
+    for x in (torch.tensor([0.5, -1.0, 2.0, 0.0]), torch.arange(24.0).reshape(2, 3, 4) / 6):   # any shape: 1-D, 3-D
+        out = _student_softmax(softmax, x)
+        inputs = f"x of shape {tuple(x.shape)}"
+        expect_shape(out, x.shape, "softmax(x)", reread=SEC_SOFTMAX, inputs=inputs,
+                     hint="softmax works on a tensor of any shape and never changes it: keepdim=True on the reductions")
+        expect_close(out, torch.softmax(x, -1), "softmax(x)", reread=SEC_SOFTMAX, inputs=inputs,
+                     hint=diagnose_softmax(out, x, -1) or "x may have any number of axes: reduce along `dim` only")
+    passed("softmax: rows sum to 1 and the values match exp(x) / sum(exp(x)), for 1-D, 2-D and 3-D x")
 
 
 def softmax_dim(softmax) -> None:
@@ -114,7 +121,8 @@ def causal_mask(causal_mask) -> None:
         expect_shape(m, (T, T), f"causal_mask({T})", reread=SEC_CAUSAL)
         if m.dtype != torch.bool:
             raise CheckFailed(f"causal_mask({T}) has dtype {m.dtype}, not torch.bool",
-                              hint="return a boolean mask (True = may attend), e.g. torch.ones(T, T, dtype=torch.bool).tril()",
+                              hint="return a boolean mask (True = may attend): build it with dtype=torch.bool; a float or "
+                                   "int tensor of 1s and 0s is not a mask",
                               reread=SEC_CAUSAL)
         want = torch.ones(T, T, dtype=torch.bool).tril()
         if not torch.equal(m, want):
@@ -199,14 +207,60 @@ def sdpa_wrong_variants(q, k, v, mask=None) -> dict[str, tuple[torch.Tensor, tor
     return out
 
 
+BATCH_AXES = ("it works only for 3-D inputs (exactly one batch axis), but `...` in (..., Tq, d) means any number "
+              "of leading batch axes: none, one, or two (batch and heads). Work on the last two axes only "
+              "(the text says how to transpose k); bmm, permute(0, 2, 1) and fixed axis numbers assume 3-D")
+MASK_AS_IS = ("the mask must broadcast against the scores (..., Tq, Tk) as it is: a (T, T) causal mask, a (B, 1, T) "
+              "or (B, 1, 1, T) padding mask; use it as given, without adding or moving axes")
+
+
+def batch_forms(check, forms, reread=SEC_MATRIX) -> None:
+    """Run ``check(batch)`` for each tuple of leading batch axes in ``forms`` (the 3-D form
+    first). A form that fails after the 3-D one passed is named: the code assumes 3-D inputs."""
+    ok_3d = False
+    for batch in forms:
+        try:
+            check(batch)
+        except CheckFailed as e:
+            if len(batch) == 1 or not ok_3d or e.hint == MASK_AS_IS:
+                raise
+            raise CheckFailed(f"with {len(batch)} batch axes {batch}: {e.title}", hint=BATCH_AXES,
+                              reread=reread, details=e.details, student_tb=e.student_tb) from None
+        ok_3d = ok_3d or len(batch) == 1
+
+
+def call_with_mask(fn, *args, mask=None, name: str, reread: str):
+    """core.call(fn, *args, mask); when it raises with the mask but runs without it, the error
+    is the mask's: the hint says to use the mask as it is."""
+    try:
+        return call(fn, *args, mask, name=name, reread=reread)
+    except CheckFailed as e:
+        if mask is not None and "raised" in e.title:
+            try:
+                call(fn, *args, None, name=name, reread=reread)
+            except CheckFailed:
+                raise e from None
+            raise CheckFailed(e.title, hint=MASK_AS_IS, reread=SEC_PADDING, details=e.details,
+                              student_tb=e.student_tb) from None
+        raise
+
+
+def _extra_axes_from_mask(out, inp, mask):
+    """A result with more axes than the input: the mask got axes it should not have."""
+    if mask is not None and out.dim() > inp.dim():
+        raise CheckFailed(f"the result has shape {tuple(out.shape)}, more axes than the input {tuple(inp.shape)}",
+                          hint=MASK_AS_IS, reread=SEC_PADDING, details=[f"mask {tuple(mask.shape)}"])
+
+
 def _student_sdpa(sdpa, q, k, v, mask=None):
-    res = call(sdpa, q, k, v, mask, name="scaled_dot_product_attention", reread=SEC_MATRIX)
+    res = call_with_mask(sdpa, q, k, v, mask=mask, name="scaled_dot_product_attention", reread=SEC_MATRIX)
     if not (isinstance(res, tuple) and len(res) == 2):
         raise CheckFailed("scaled_dot_product_attention must return a pair (out, weights)",
                           hint="end with `return out, weights`", reread=SEC_MATRIX)
     out, w = res
     expect_tensor(out, "out", SEC_MATRIX)
     expect_tensor(w, "weights", SEC_MATRIX)
+    _extra_axes_from_mask(w, q, mask)
     return out, w
 
 
@@ -217,87 +271,121 @@ def _name_sdpa_mistake(out, w, q, k, v, mask=None) -> str | None:
     if w.dim() >= 2 and w.shape[-1] != w.shape[-2]:
         return None
     ref_w = _reference(q, k, v, mask)[1]
-    if close(w, ref_w.transpose(-2, -1)):
+    if tuple(w.shape) == tuple(ref_w.shape) and close(w, ref_w.transpose(-2, -1)):
         return "your weights are transposed: weights[..., i, j] is how much query i attends to key j"
     return None
 
 
+def _shape_text(*named) -> str:
+    return ", ".join(f"{n} {tuple(t.shape)}" for n, t in named if t is not None)
+
+
 def sdpa_shapes(sdpa) -> None:
-    torch.manual_seed(0)
-    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
-    out, w = _student_sdpa(sdpa, q, k, v)
-    inputs = "q (2, 3, 4), k (2, 5, 4), v (2, 5, 6): Tq=3, Tk=5, d=4, dv=6"
-    if tuple(w.shape) == (2, 5, 3):
-        raise CheckFailed("weights have shape (B, Tk, Tq) = (2, 5, 3)", reread=SEC_MATRIX,
-                          hint="the weights are transposed: scores = q @ k.transpose(-2, -1) is (..., Tq, Tk)")
-    expect_shape(w, (2, 3, 5), "weights", inputs=inputs, reread=SEC_MATRIX,
-                 hint="weights are (..., Tq, Tk): one row per query, one column per key; "
-                      "transpose only the last two axes of k (k.transpose(-2, -1)), not k.T")
-    expect_shape(out, (2, 3, 6), "out", inputs=inputs, reread=SEC_MATRIX,
-                 hint="out = weights @ v is (..., Tq, dv)")
-    passed("scaled_dot_product_attention: shapes (B, Tq, dv) and (B, Tq, Tk) with Tq != Tk and d != dv")
+    """Tq != Tk and d != dv, with one batch axis, none, and two (batch, heads)."""
+    def check(batch):
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(*batch, 3, 4, generator=g), torch.randn(*batch, 5, 4, generator=g),
+                   torch.randn(*batch, 5, 6, generator=g))
+        out, w = _student_sdpa(sdpa, q, k, v)
+        inputs = _shape_text(("q", q), ("k", k), ("v", v)) + ": Tq=3, Tk=5, d=4, dv=6"
+        if tuple(w.shape) == (*batch, 5, 3):
+            raise CheckFailed("weights have shape (..., Tk, Tq)", reread=SEC_MATRIX, details=[f"inputs: {inputs}"],
+                              hint="the weights are transposed: one row per query, one column per key")
+        expect_shape(w, (*batch, 3, 5), "weights", inputs=inputs, reread=SEC_MATRIX,
+                     hint="weights are (..., Tq, Tk): one row per query, one column per key; "
+                          "transpose only the last two axes of k, not all of them")
+        expect_shape(out, (*batch, 3, 6), "out", inputs=inputs, reread=SEC_MATRIX,
+                     hint="out = weights @ v is (..., Tq, dv)")
+
+    batch_forms(check, [(2,), (), (2, 3)])
+    passed("scaled_dot_product_attention: shapes (..., Tq, dv) and (..., Tq, Tk) with Tq != Tk and d != dv, "
+           "for no, one and two batch axes")
 
 
 def sdpa_values(sdpa) -> None:
-    torch.manual_seed(1)
-    q, k, v = torch.randn(1, 3, 8) * 2, torch.randn(1, 4, 8) * 2, torch.randn(1, 4, 2)
-    out, w = _student_sdpa(sdpa, q, k, v)
-    ref_out, ref_w = _reference(q, k, v)
-    expect_shape(w, ref_w.shape, "weights", reread=SEC_MATRIX)
-    sums = w.sum(-1)
-    if not close(sums, torch.ones_like(sums)):
-        raise CheckFailed("attention weights don't sum to 1 along the last axis", reread=SEC_SOFTMAX,
-                          hint=_name_sdpa_mistake(out, w, q, k, v) or
-                          "each query's weights over the keys must sum to 1: is your softmax over dim=-1?")
-    if not close(w, ref_w):
-        raise CheckFailed("attention weights have the wrong values", reread=SEC_SCALING,
-                          hint=_name_sdpa_mistake(out, w, q, k, v) or "weights = softmax(q k^T / sqrt(d)) over the keys",
-                          details=["inputs: q (1, 3, 8), k (1, 4, 8), v (1, 4, 2)"])
-    expect_close(out, ref_out, "out", reread=SEC_MATRIX, hint="out = weights @ v")
-    passed("scaled_dot_product_attention: values match softmax(q k^T / sqrt(d)) v")
+    """softmax(q k^T / sqrt(d)) v, with one batch axis, none, and two."""
+    def check(batch):
+        g = torch.Generator().manual_seed(1)
+        q, k, v = (torch.randn(*batch, 3, 8, generator=g) * 2, torch.randn(*batch, 4, 8, generator=g) * 2,
+                   torch.randn(*batch, 4, 2, generator=g))
+        out, w = _student_sdpa(sdpa, q, k, v)
+        ref_out, ref_w = _reference(q, k, v)
+        inputs = _shape_text(("q", q), ("k", k), ("v", v))
+        expect_shape(w, ref_w.shape, "weights", reread=SEC_MATRIX, inputs=inputs)
+        sums = w.sum(-1)
+        if not close(sums, torch.ones_like(sums)):
+            raise CheckFailed("attention weights don't sum to 1 along the last axis", reread=SEC_SOFTMAX,
+                              hint=_name_sdpa_mistake(out, w, q, k, v) or
+                              "each query's weights over the keys must sum to 1: is your softmax over dim=-1?",
+                              details=[f"inputs: {inputs}"])
+        if not close(w, ref_w):
+            raise CheckFailed("attention weights have the wrong values", reread=SEC_SCALING,
+                              hint=_name_sdpa_mistake(out, w, q, k, v) or "weights = softmax(q k^T / sqrt(d)) over the keys",
+                              details=[f"inputs: {inputs}"])
+        expect_shape(out, ref_out.shape, "out", reread=SEC_MATRIX, inputs=inputs, hint="out = weights @ v is (..., Tq, dv)")
+        expect_close(out, ref_out, "out", reread=SEC_MATRIX, hint="out = weights @ v", inputs=inputs)
+
+    batch_forms(check, [(1,), (), (2, 3)])
+    passed("scaled_dot_product_attention: values match softmax(q k^T / sqrt(d)) v (no, one and two batch axes)")
 
 
 def sdpa_causal(sdpa) -> None:
-    torch.manual_seed(2)
+    """A (T, T) causal mask broadcast over no, one and two batch axes."""
     T = 4
-    q, k, v = torch.randn(2, T, 4), torch.randn(2, T, 4), torch.randn(2, T, 3)
     mask = torch.ones(T, T, dtype=torch.bool).tril()
-    out, w = _student_sdpa(sdpa, q, k, v, mask)
-    ref_out, ref_w = _reference(q, k, v, mask)
-    expect_shape(w, ref_w.shape, "weights", reread=SEC_CAUSAL)
-    if not bool(torch.isfinite(w).all()):
-        raise CheckFailed("weights contain nan/inf with a causal mask", reread=SEC_CAUSAL,
-                          hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
-                          "did a whole row get masked? the diagonal must stay allowed (True)")
-    leaked = w.masked_select(~mask.expand_as(w))
-    if leaked.numel() and float(leaked.abs().max()) > 0:
-        raise CheckFailed("queries give weight to keys the mask forbids (the future)", reread=SEC_CAUSAL,
-                          hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
-                          "fill the scores with -inf where mask is False, then take the softmax",
-                          details=[f"largest forbidden weight: {float(leaked.abs().max()):.3g} (should be exactly 0)"])
-    if not close(w, ref_w):
-        raise CheckFailed("weights under a causal mask have the wrong values", reread=SEC_CAUSAL,
-                          hint=_name_sdpa_mistake(out, w, q, k, v, mask) or "mask the scores, then softmax over dim=-1")
-    expect_close(out, ref_out, "out with a causal mask", reread=SEC_CAUSAL)
-    passed("scaled_dot_product_attention: a causal mask gives the future weight exactly 0")
+
+    def check(batch):
+        g = torch.Generator().manual_seed(2)
+        q, k, v = (torch.randn(*batch, T, 4, generator=g), torch.randn(*batch, T, 4, generator=g),
+                   torch.randn(*batch, T, 3, generator=g))
+        out, w = _student_sdpa(sdpa, q, k, v, mask)
+        ref_out, ref_w = _reference(q, k, v, mask)
+        inputs = _shape_text(("q", q), ("k", k), ("v", v), ("mask", mask))
+        expect_shape(w, ref_w.shape, "weights", reread=SEC_CAUSAL, inputs=inputs)
+        if not bool(torch.isfinite(w).all()):
+            raise CheckFailed("weights contain nan/inf with a causal mask", reread=SEC_CAUSAL,
+                              hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
+                              "did a whole row get masked? the diagonal must stay allowed (True)")
+        leaked = w.detach().masked_select(~mask.expand_as(w))
+        if leaked.numel() and float(leaked.abs().max()) > 0:
+            raise CheckFailed("queries give weight to keys the mask forbids (the future)", reread=SEC_CAUSAL,
+                              hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
+                              "fill the scores with -inf where mask is False, then take the softmax",
+                              details=[f"largest forbidden weight: {float(leaked.abs().max()):.3g} (should be exactly 0)"])
+        if not close(w, ref_w):
+            raise CheckFailed("weights under a causal mask have the wrong values", reread=SEC_CAUSAL,
+                              hint=_name_sdpa_mistake(out, w, q, k, v, mask) or "mask the scores, then softmax over dim=-1")
+        expect_shape(out, ref_out.shape, "out with a causal mask", reread=SEC_CAUSAL, inputs=inputs)
+        expect_close(out, ref_out, "out with a causal mask", reread=SEC_CAUSAL)
+
+    batch_forms(check, [(2,), (), (2, 2)], reread=SEC_CAUSAL)
+    passed("scaled_dot_product_attention: a causal mask gives the future weight exactly 0 (no, one and two batch axes)")
 
 
 def sdpa_padding(sdpa) -> None:
-    torch.manual_seed(3)
-    B, T = 2, 5
-    lengths = torch.tensor([5, 2])
-    mask = torch.arange(T)[None, None, :] < lengths[:, None, None]  # (B, 1, T)
-    q, k, v = torch.randn(B, T, 4), torch.randn(B, T, 4), torch.randn(B, T, 2)
-    out, w = _student_sdpa(sdpa, q, k, v, mask)
-    ref_out, ref_w = _reference(q, k, v, mask)
-    expect_shape(w, ref_w.shape, "weights with a (B, 1, T) padding mask", reread=SEC_PADDING,
-                 hint="the mask broadcasts against the (B, Tq, Tk) scores: use masked_fill, don't reshape the mask")
-    if not close(w, ref_w):
-        raise CheckFailed("weights with a padding mask are wrong", reread=SEC_PADDING,
-                          hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
-                          "padded keys (mask False) must get weight exactly 0 in every query row")
-    expect_close(out, ref_out, "out with a padding mask", reread=SEC_PADDING)
-    passed("scaled_dot_product_attention: padded keys get weight 0 (mask broadcast over queries)")
+    """Padding masks on the keys: (B, 1, Tk) with (B, Tq, d) inputs, (B, 1, 1, Tk) with (B, H, Tq, d)."""
+    B, Tq, Tk = 2, 3, 5
+    keep = torch.arange(Tk)[None, :] < torch.tensor([5, 2])[:, None]     # (B, Tk)
+
+    def check(batch):
+        g = torch.Generator().manual_seed(3)
+        mask = keep[:, None, :] if len(batch) == 1 else keep[:, None, None, :]   # (B, 1, Tk) or (B, 1, 1, Tk)
+        q, k, v = (torch.randn(*batch, Tq, 4, generator=g), torch.randn(*batch, Tk, 4, generator=g),
+                   torch.randn(*batch, Tk, 2, generator=g))
+        out, w = _student_sdpa(sdpa, q, k, v, mask)
+        ref_out, ref_w = _reference(q, k, v, mask)
+        inputs = _shape_text(("q", q), ("k", k), ("v", v), ("mask", mask))
+        expect_shape(w, ref_w.shape, f"weights with a {tuple(mask.shape)} padding mask", reread=SEC_PADDING,
+                     inputs=inputs, hint=MASK_AS_IS)
+        if not close(w, ref_w):
+            raise CheckFailed(f"weights with a {tuple(mask.shape)} padding mask are wrong", reread=SEC_PADDING,
+                              hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
+                              "padded keys (mask False) must get weight exactly 0 in every query row",
+                              details=[f"inputs: {inputs}"])
+        expect_close(out, ref_out, "out with a padding mask", reread=SEC_PADDING, inputs=inputs)
+
+    batch_forms(check, [(B,), (B, 3)], reread=SEC_PADDING)
+    passed("scaled_dot_product_attention: padded keys get weight 0 with (B, 1, Tk) and (B, 1, 1, Tk) masks")
 
 
 # ========================================================================================
@@ -343,8 +431,9 @@ def _named(out, cands: dict, atol: float = 1e-5) -> str | None:
 # ----------------------------------------------------------------------------------------
 # 5. bilinear scores
 # ----------------------------------------------------------------------------------------
-BILINEAR_SHAPES = ("W has shape (dq, dk): q @ W is (..., Tq, dk), which then meets the keys: "
-                   "(q @ W) @ k.transpose(-2, -1) -> (..., Tq, Tk). Don't use k.T on batched tensors")
+BILINEAR_SHAPES = ("W has shape (dq, dk): multiplying the queries by W gives (..., Tq, dk), which then meets the "
+                   "keys (their last two axes swapped) to give (..., Tq, Tk). Don't use k.T on batched tensors: "
+                   "it reverses every axis")
 
 
 def bilinear_wrong_variants(q, k, W) -> dict:
@@ -361,10 +450,10 @@ def bilinear_wrong_variants(q, k, W) -> dict:
 
 
 def bilinear_shapes(bilinear_scores) -> None:
-    """(..., Tq, dq), (..., Tk, dk), (dq, dk) -> (..., Tq, Tk), with and without a batch axis."""
-    torch.manual_seed(10)
-    for batch in ((2,), ()):
-        q, k, W = torch.randn(*batch, 3, 4), torch.randn(*batch, 5, 6), torch.randn(4, 6)
+    """(..., Tq, dq), (..., Tk, dk), (dq, dk) -> (..., Tq, Tk), with no, one and two batch axes."""
+    def check(batch):
+        g = torch.Generator().manual_seed(10)
+        q, k, W = torch.randn(*batch, 3, 4, generator=g), torch.randn(*batch, 5, 6, generator=g), torch.randn(4, 6, generator=g)
         inputs = f"q {tuple(q.shape)}, k {tuple(k.shape)}, W (4, 6): Tq=3, Tk=5, dq=4, dk=6"
         out = _call_tensor(bilinear_scores, q, k, W, name="bilinear_scores", reread=SEC_SCORING,
                            error_hint=BILINEAR_SHAPES)
@@ -374,28 +463,35 @@ def bilinear_shapes(bilinear_scores) -> None:
                               reread=SEC_SCORING, details=[f"inputs: {inputs}"])
         expect_shape(out, (*batch, 3, 5), "bilinear_scores", inputs=inputs, reread=SEC_SCORING,
                      hint="one score per (query, key) pair: (..., Tq, Tk)")
-    passed("bilinear_scores: shapes (..., Tq, Tk) with dq != dk, with and without a batch axis")
+
+    batch_forms(check, [(2,), (), (2, 3)], reread=SEC_SCORING)
+    passed("bilinear_scores: shapes (..., Tq, Tk) with dq != dk, for no, one and two batch axes")
 
 
 def bilinear_values(bilinear_scores) -> None:
-    """Values of q_i^T W k_j on a small batch (square W, so a transposed W still runs)."""
-    torch.manual_seed(11)
-    q, k, W = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(4, 4)
-    out = _call_tensor(bilinear_scores, q, k, W, name="bilinear_scores", reread=SEC_SCORING,
-                       error_hint=BILINEAR_SHAPES)
-    ref = torch.einsum("bid,de,bje->bij", q, W, k)
-    expect_shape(out, ref.shape, "bilinear_scores", reread=SEC_SCORING, inputs="q (2, 3, 4), k (2, 3, 4), W (4, 4)")
-    expect_close(out, ref, "bilinear_scores", reread=SEC_SCORING, inputs="q (2, 3, 4), k (2, 3, 4), W (4, 4)",
-                 hint=_named(out, bilinear_wrong_variants(q, k, W)) or "scores[..., i, j] = q_i^T W k_j = (q @ W @ k^T)[i, j]")
+    """Values of q_i^T W k_j (square W, so a transposed W still runs), with no, one and two batch axes."""
+    def check(batch):
+        g = torch.Generator().manual_seed(11)
+        q, k, W = torch.randn(*batch, 3, 4, generator=g), torch.randn(*batch, 3, 4, generator=g), torch.randn(4, 4, generator=g)
+        inputs = f"q {tuple(q.shape)}, k {tuple(k.shape)}, W (4, 4)"
+        out = _call_tensor(bilinear_scores, q, k, W, name="bilinear_scores", reread=SEC_SCORING,
+                           error_hint=BILINEAR_SHAPES)
+        ref = torch.einsum("...id,de,...je->...ij", q, W, k)
+        expect_shape(out, ref.shape, "bilinear_scores", reread=SEC_SCORING, inputs=inputs)
+        expect_close(out, ref, "bilinear_scores", reread=SEC_SCORING, inputs=inputs,
+                     hint=_named(out, bilinear_wrong_variants(q, k, W)) or "scores[..., i, j] = q_i^T W k_j")
+
+    batch_forms(check, [(2,), (), (2, 3)], reread=SEC_SCORING)
     passed("bilinear_scores: values match q_i^T W k_j")
 
 
 # ----------------------------------------------------------------------------------------
 # 6. additive scores
 # ----------------------------------------------------------------------------------------
-ADDITIVE_SHAPES = ("W1 (h, dk) acts on the keys and W2 (h, dq) on the queries, like nn.Linear weights: "
-                   "k @ W1.T is (..., Tk, h), q @ W2.T is (..., Tq, h); add them as (..., Tq, 1, h) + "
-                   "(..., 1, Tk, h) so every query meets every key, tanh, then contract h with w")
+ADDITIVE_SHAPES = ("W1 (h, dk) acts on the keys and W2 (h, dq) on the queries, like nn.Linear weights: the "
+                   "projected keys are (..., Tk, h), the projected queries (..., Tq, h); insert one axis in each "
+                   "(counted from the end) so every query meets every key in (..., Tq, Tk, h), then tanh, then contract "
+                   "h with w")
 
 
 def additive_wrong_variants(q, k, W1, W2, w) -> dict:
@@ -421,8 +517,8 @@ def _additive_inputs(seed, batch, Tq, Tk, dq, dk, h):
 
 
 def additive_shapes(additive_scores) -> None:
-    """(..., Tq, dq), (..., Tk, dk), W1 (h, dk), W2 (h, dq), w (h,) -> (..., Tq, Tk)."""
-    for batch in ((2,), ()):
+    """(..., Tq, dq), (..., Tk, dk), W1 (h, dk), W2 (h, dq), w (h,) -> (..., Tq, Tk), no, one and two batch axes."""
+    def check(batch):
         q, k, W1, W2, w = _additive_inputs(12, batch, 3, 5, 4, 6, 7)
         inputs = f"q {tuple(q.shape)}, k {tuple(k.shape)}, W1 (7, 6), W2 (7, 4), w (7,): Tq=3, Tk=5, dq=4, dk=6, h=7"
         out = _call_tensor(additive_scores, q, k, W1, W2, w, name="additive_scores", reread=SEC_SCORING,
@@ -430,28 +526,33 @@ def additive_shapes(additive_scores) -> None:
         got = tuple(out.shape)
         if got == (*batch, 5, 3):
             raise CheckFailed("additive_scores has shape (..., Tk, Tq): the scores are transposed", reread=SEC_SCORING,
-                              hint="queries on the rows: (..., Tq, 1, h) + (..., 1, Tk, h)", details=[f"inputs: {inputs}"])
+                              hint="queries on the rows, keys on the columns", details=[f"inputs: {inputs}"])
         if got == (*batch, 3, 5, 7):
             raise CheckFailed("additive_scores still has the hidden axis h", reread=SEC_SCORING,
-                              hint="finish with the dot product with w over the last axis: tanh(...) @ w",
+                              hint="finish with the dot product with w over the last axis (the h axis)",
                               details=[f"inputs: {inputs}"])
         expect_shape(out, (*batch, 3, 5), "additive_scores", inputs=inputs, reread=SEC_SCORING,
-                     hint="every query meets every key: unsqueeze so the two projections broadcast to (..., Tq, Tk, h)")
-    passed("additive_scores: shapes (..., Tq, Tk) with Tq != Tk and dq != dk")
+                     hint="every query meets every key: insert axes so the two projections broadcast to (..., Tq, Tk, h)")
+
+    batch_forms(check, [(2,), (), (2, 3)], reread=SEC_SCORING)
+    passed("additive_scores: shapes (..., Tq, Tk) with Tq != Tk and dq != dk, for no, one and two batch axes")
 
 
 def additive_values(additive_scores) -> None:
     """Values of w^T tanh(W1 k_j + W2 q_i), with dq == dk so a swap of W1 and W2 still runs."""
-    q, k, W1, W2, w = _additive_inputs(13, (2,), 3, 4, 5, 5, 6)
-    inputs = "q (2, 3, 5), k (2, 4, 5), W1 (6, 5), W2 (6, 5), w (6,)"
-    out = _call_tensor(additive_scores, q, k, W1, W2, w, name="additive_scores", reread=SEC_SCORING,
-                       error_hint=ADDITIVE_SHAPES)
-    ref = torch.einsum("h,bijh->bij", w, torch.tanh(torch.einsum("hd,bjd->bjh", W1, k)[:, None]
-                                                    + torch.einsum("hd,bid->bih", W2, q)[:, :, None]))
-    expect_shape(out, ref.shape, "additive_scores", reread=SEC_SCORING, inputs=inputs)
-    expect_close(out, ref, "additive_scores", reread=SEC_SCORING, inputs=inputs,
-                 hint=_named(out, additive_wrong_variants(q, k, W1, W2, w)) or
-                 "scores[..., i, j] = w . tanh(W1 k_j + W2 q_i)")
+    def check(batch):
+        q, k, W1, W2, w = _additive_inputs(13, batch, 3, 4, 5, 5, 6)
+        inputs = f"q {tuple(q.shape)}, k {tuple(k.shape)}, W1 (6, 5), W2 (6, 5), w (6,)"
+        out = _call_tensor(additive_scores, q, k, W1, W2, w, name="additive_scores", reread=SEC_SCORING,
+                           error_hint=ADDITIVE_SHAPES)
+        ref = torch.einsum("h,...ijh->...ij", w, torch.tanh(torch.einsum("hd,...jd->...jh", W1, k).unsqueeze(-3)
+                                                           + torch.einsum("hd,...id->...ih", W2, q).unsqueeze(-2)))
+        expect_shape(out, ref.shape, "additive_scores", reread=SEC_SCORING, inputs=inputs)
+        expect_close(out, ref, "additive_scores", reread=SEC_SCORING, inputs=inputs,
+                     hint=_named(out, additive_wrong_variants(q, k, W1, W2, w)) or
+                     "scores[..., i, j] = w . tanh(W1 k_j + W2 q_i)")
+
+    batch_forms(check, [(2,), (), (2, 3)], reread=SEC_SCORING)
     passed("additive_scores: values match w^T tanh(W1 k_j + W2 q_i)")
 
 
@@ -484,7 +585,7 @@ def _einsum_verdict(fn, q, k, v, mask=None, what="einsum_attention", reread=SEC_
     expect_shape(w, ref_w.shape, f"{what}: weights", inputs=inputs, reread=SEC_EINSUM,
                  hint="weights are (..., Tq, Tk): an output spec like '...qd,...kd->...qk'")
     expect_shape(out, ref_out.shape, f"{what}: out", inputs=inputs, reread=SEC_EINSUM,
-                 hint="out is (..., Tq, dv): sum over the keys, '...qk,...kv->...qv'")
+                 hint="out is (..., Tq, dv): the key letter, shared by the weights and v, is summed out")
     if not close(w, ref_w):
         hint = _name_sdpa_mistake(out, w, q, k, v, mask)
         if hint is None and close(w, torch.softmax(torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(v.shape[-1]), -1)):
@@ -492,7 +593,7 @@ def _einsum_verdict(fn, q, k, v, mask=None, what="einsum_attention", reread=SEC_
         raise CheckFailed(f"{what}: the weights have the wrong values", reread=reread, details=[f"inputs: {inputs}"],
                           hint=hint or "weights = softmax(einsum('...qd,...kd->...qk', q, k) / sqrt(d)) over the keys")
     expect_close(out, ref_out, f"{what}: out", inputs=inputs, reread=SEC_EINSUM,
-                 hint="out[..., i, :] = sum_j weights[..., i, j] v[..., j, :]: '...qk,...kv->...qv'")
+                 hint="out[..., i, :] = sum_j weights[..., i, j] v[..., j, :]: sum over the key letter")
 
 
 def einsum_values(einsum_attention) -> None:
@@ -504,9 +605,9 @@ def einsum_values(einsum_attention) -> None:
 
 
 def einsum_batch_dims(einsum_attention) -> None:
-    """Any number of leading axes: none, and (B, H)."""
+    """Any number of leading axes: none, two (B, H), and three."""
     torch.manual_seed(15)
-    for batch in ((), (2, 3)):
+    for batch in ((), (2, 3), (2, 1, 3)):
         q, k, v = torch.randn(*batch, 4, 8), torch.randn(*batch, 6, 8), torch.randn(*batch, 6, 5)
         try:
             _einsum_verdict(einsum_attention, q, k, v, what=f"einsum_attention with batch axes {batch}")
@@ -515,7 +616,7 @@ def einsum_batch_dims(einsum_attention) -> None:
                 raise _better_hint(e, "use '...' for the leading axes ('...qd,...kd->...qk'), so the same einsum "
                                       "works for (T, d), (B, T, d) and (B, H, T, d)") from None
             raise
-    passed("einsum_attention: works with no batch axis and with (B, H) batch axes")
+    passed("einsum_attention: works with no batch axis, with (B, H) and with three batch axes")
 
 
 def einsum_mask(einsum_attention) -> None:
@@ -615,11 +716,12 @@ def _head_case(SelfAttentionHead, seed, B, T, d_model, d_head, mask=None, reread
             p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(d_model) * 2)
     x = torch.randn(B, T, d_model, generator=g)
     inputs = f"x ({B}, {T}, {d_model}), d_head={d_head}" + (f", mask {tuple(mask.shape)}" if mask is not None else "")
-    res = call(head, x, mask, name="SelfAttentionHead.forward(x, mask)", reread=reread)
+    res = call_with_mask(head, x, mask=mask, name="SelfAttentionHead.forward(x, mask)", reread=reread)
     if isinstance(res, tuple):
         raise CheckFailed("forward returns a tuple", reread=reread,
                           hint="forward(x, mask) returns only the output tensor (B, T, d_head)")
     out = expect_tensor(res, "forward(x, mask)", reread=reread).detach()
+    _extra_axes_from_mask(out, x, mask)
     Wq, Wk, Wv = (p.detach() for p in (Wq, Wk, Wv))
     ref = _head_reference(Wq, Wk, Wv, x, mask)
     if tuple(out.shape) == (B, T, d_model) and d_model != d_head:
@@ -645,3 +747,6 @@ def head_mask(SelfAttentionHead) -> None:
     _head_case(SelfAttentionHead, 19, 2, T, 8, 4, (torch.arange(T)[None, :] < torch.tensor([5, 3])[:, None])[:, None, :],
                reread=SEC_PADDING)
     passed("SelfAttentionHead: causal and padding masks are applied")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
+from .core import guard, CheckFailed, expect_int, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
 
 LECTURE = "lectures/06_transformer_block.ipynb"
 SEC_FFN = f"lecture 06, section 1 'Attention only re-averages' ({LECTURE}#ffn)"
@@ -131,7 +131,7 @@ def ln_reference(x, weight, bias, eps):
 def ln_wrong_variants(x, weight, bias, eps) -> dict[str, torch.Tensor]:
     x64, w, b = x.double(), weight.double(), bias.double()
     out = {}
-    for dim, label in ((0, "the batch (dim=0)"), (-2, "the sequence (dim=-2)")):
+    for dim, label in ((0, "the batch (dim=0)"), (-2, "the sequence (dim=-2)"))[:max(x.dim() - 1, 0)]:
         mu = x64.mean(dim, keepdim=True)
         var = x64.var(dim, keepdim=True, unbiased=False)
         out[f"statistics over {label}"] = ((x64 - mu) / torch.sqrt(var + eps) * w + b).float()
@@ -162,8 +162,8 @@ def _ln_params(ln):
     w, b = getattr(ln, "weight", None), getattr(ln, "bias", None)
     if not isinstance(w, nn.Parameter) or not isinstance(b, nn.Parameter):
         raise CheckFailed("LayerNorm needs attributes `weight` and `bias` that are nn.Parameter",
-                          hint="self.weight = nn.Parameter(torch.ones(d)); self.bias = nn.Parameter(torch.zeros(d)) "
-                               "(plain tensors are not trained and not copied by load_state_dict)", reread=SEC_LN)
+                          hint="wrap the gain and the bias, each of shape (d,), in nn.Parameter (plain tensors are "
+                               "not trained and not copied by load_state_dict)", reread=SEC_LN)
     return w, b
 
 
@@ -196,18 +196,20 @@ def _random_ln(LayerNorm, d, eps=1e-5, seed=0):
 
 
 def layernorm_values(LayerNorm) -> None:
-    """Matches the formula on a (B, T, d) input with random gain and bias."""
+    """Matches the formula on (B, T, d), (B, H, T, d) and (d,) inputs with random gain and bias."""
     ln, w, b = _random_ln(LayerNorm, 8)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(3, 4, 8, generator=g) * 3 + 1
-    out = _ln_forward(ln, x)
-    expect_shape(out, x.shape, "LayerNorm(x)", reread=SEC_LN, inputs="x of shape (3, 4, 8)")
-    want = ln_reference(x, w, b, 1e-5)
-    if not close(out, want):
-        hint = _ln_hint(first_match(out.float(), ln_wrong_variants(x, w, b, 1e-5), atol=1e-5))
-        expect_close(out, want, "LayerNorm(x)", hint=hint or "mean and biased variance over dim=-1, then * weight + bias",
-                     reread=SEC_LN, inputs="x of shape (3, 4, 8), random weight and bias")
-    passed("LayerNorm: per-token mean and biased variance over the features, gain and bias applied")
+    for shape in ((3, 4, 8), (2, 2, 3, 8), (8,)):       # x is (..., d): any number of leading axes
+        x = torch.randn(shape, generator=g) * 3 + 1
+        inputs = f"x of shape {shape}, random weight and bias"
+        out = _ln_forward(ln, x)
+        expect_shape(out, x.shape, "LayerNorm(x)", reread=SEC_LN, inputs=inputs)
+        want = ln_reference(x, w, b, 1e-5)
+        if not close(out, want):
+            hint = _ln_hint(first_match(out.float(), ln_wrong_variants(x, w, b, 1e-5), atol=1e-5))
+            expect_close(out, want, "LayerNorm(x)", hint=hint or "mean and biased variance over dim=-1, then * weight + bias",
+                         reread=SEC_LN, inputs=inputs)
+    passed("LayerNorm: per-token mean and biased variance over the features, gain and bias applied (any leading axes)")
 
 
 def layernorm_eps(LayerNorm) -> None:
@@ -226,7 +228,17 @@ def layernorm_eps(LayerNorm) -> None:
         expect_close(out, want, "LayerNorm of a token with variance ~1e-6 (eps = 1e-5 matters here)",
                      hint=hint or "eps goes inside the square root: (x - mean) / sqrt(var + eps)",
                      reread=SEC_LN, atol=1e-4, rtol=1e-4)
-    passed("LayerNorm: eps inside the square root (tiny and zero variance handled)")
+    ln, w, b = _random_ln(LayerNorm, 8, eps=1e-3, seed=1)   # a non-default eps must be used, not 1e-5
+    x = 1 + 0.03 * torch.randn(2, 8, generator=g)            # variance ~1e-3, comparable to eps
+    out = _ln_forward(ln, x)
+    want = ln_reference(x, w, b, 1e-3)
+    if not close(out, want, atol=1e-4, rtol=1e-4):
+        hint = ("your LayerNorm ignores its eps argument (it uses 1e-5): keep eps in self.eps and use it"
+                if close(out, ln_reference(x, w, b, 1e-5), atol=1e-4, rtol=1e-4) else
+                _ln_hint(first_match(out.float(), ln_wrong_variants(x, w, b, 1e-3), atol=1e-4)))
+        expect_close(out, want, "LayerNorm(8, eps=1e-3) of a token with variance ~1e-3", hint=hint, reread=SEC_LN,
+                     atol=1e-4, rtol=1e-4)
+    passed("LayerNorm: eps inside the square root (tiny and zero variance handled, eps argument used)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -242,23 +254,24 @@ def _linears(module, name, reread):
 
 def feedforward_structure(FeedForward) -> None:
     """Two linear layers d_model -> d_ff -> d_model with biases, a Dropout(p), shape kept."""
-    ff = _make(FeedForward, 8, 32, name="FeedForward", reread=SEC_FFN)
-    l1, l2 = _linears(ff, "FeedForward(8, 32)", SEC_FFN)
-    if (l1.in_features, l1.out_features, l2.in_features, l2.out_features) != (8, 32, 32, 8):
-        raise CheckFailed("FeedForward(8, 32): the linear layers should be 8 -> 32 and 32 -> 8",
+    ff = _make(FeedForward, 8, 20, name="FeedForward", reread=SEC_FFN)    # d_ff = 20, not the usual 4 * d_model
+    l1, l2 = _linears(ff, "FeedForward(8, 20)", SEC_FFN)
+    if (l1.in_features, l1.out_features, l2.in_features, l2.out_features) != (8, 20, 20, 8):
+        raise CheckFailed("FeedForward(8, 20): the linear layers should be 8 -> 20 and 20 -> 8",
                           details=[f"yours: {l1.in_features} -> {l1.out_features} and {l2.in_features} -> {l2.out_features}"],
-                          hint="the hidden width is d_ff (usually 4 * d_model): expand, then project back",
+                          hint="the hidden width is the d_ff argument (often, but not always, 4 * d_model): "
+                               "expand to d_ff, then project back",
                           reread=SEC_FFN)
     if l1.bias is None or l2.bias is None:
         raise CheckFailed("FeedForward's linear layers should have biases", reread=SEC_FFN)
     x = torch.randn(2, 5, 8)
     out = expect_tensor(call(ff.eval(), x, name="FeedForward.forward", reread=SEC_FFN), "FeedForward.forward")
     expect_shape(out, (2, 5, 8), "FeedForward(x)", reread=SEC_FFN, inputs="x of shape (2, 5, 8)")
-    ff2 = _make(FeedForward, 8, 32, 0.3, name="FeedForward", reread=SEC_FFN)
+    ff2 = _make(FeedForward, 8, 20, 0.3, name="FeedForward", reread=SEC_FFN)
     if not any(isinstance(m, nn.Dropout) and abs(m.p - 0.3) < 1e-9 for m in ff2.modules()):
-        raise CheckFailed("FeedForward(8, 32, dropout=0.3) has no nn.Dropout(0.3)",
+        raise CheckFailed("FeedForward(8, 20, dropout=0.3) has no nn.Dropout(0.3)",
                           hint="end the network with nn.Dropout(dropout)", reread=SEC_FFN)
-    passed("FeedForward: Linear 8 -> 32, Linear 32 -> 8 with biases, Dropout(p), shape (B, T, D) kept")
+    passed("FeedForward: Linear 8 -> 20, Linear 20 -> 8 with biases, Dropout(p), shape (B, T, D) kept")
 
 
 def ffn_wrong_variants(x, l1, l2):
@@ -365,16 +378,31 @@ def _block_hint(name, pre_ln):
     return f"your block computes {name}"
 
 
-def _check_block(cls, pre_ln, mask_kind=None, seed=0):
+def _check_heads(cls, pre_ln, reread=SEC_BLOCK):
+    """The attention is built with the n_heads the block is given, for several values (not a fixed number)."""
+    for n_heads in (1, 2, 8):
+        block = _block(cls, 16, n_heads, 32, pre_ln=pre_ln)
+        got = getattr(block.attn, "n_heads", n_heads)
+        if isinstance(got, int) and got != n_heads:
+            raise CheckFailed(f"TransformerBlock(16, n_heads={n_heads}, ...) built its attention with {got} heads",
+                              reread=reread,
+                              hint="pass the block's n_heads argument on to MultiHeadAttention, do not fix the number")
+
+
+def _check_block(cls, pre_ln, mask_kind=None, seed=0, n_heads=4):
     torch.manual_seed(seed)
-    block = _block(cls, 16, 4, 32, pre_ln=pre_ln).eval()
+    _check_heads(cls, pre_ln)
+    block = _block(cls, 16, n_heads, 32, pre_ln=pre_ln).eval()
     randomize_(block, seed)
     x = torch.randn(2, 5, 16)
     mask = None
+    pad = torch.tensor([[True] * 5, [True, True, True, False, False]])
     if mask_kind == "causal":
         mask = torch.ones(5, 5, dtype=torch.bool).tril()
     elif mask_kind == "padding":
-        mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+        mask = pad[:, None, None, :]                                        # (B, 1, 1, T)
+    elif mask_kind == "causal+padding":
+        mask = pad[:, None, None, :] & torch.ones(5, 5, dtype=torch.bool).tril()   # (B, 1, T, T)
     out = expect_tensor(call(block, x, mask=mask, name="TransformerBlock.forward", reread=SEC_BLOCK),
                         "TransformerBlock.forward")
     expect_shape(out, x.shape, "TransformerBlock(x)", reread=SEC_BLOCK, inputs="x of shape (2, 5, 16)")
@@ -395,8 +423,8 @@ def block_pre_ln(TransformerBlock) -> None:
 
 
 def block_post_ln(TransformerBlock) -> None:
-    """pre_ln=False: ln1(x + attn(x)), then ln2(. + ff(.))."""
-    _check_block(TransformerBlock, False)
+    """pre_ln=False: ln1(x + attn(x)), then ln2(. + ff(.)); here with 2 heads."""
+    _check_block(TransformerBlock, False, n_heads=2)
     passed("TransformerBlock(pre_ln=False): x = ln1(x + attn(x)); x = ln2(x + ff(x))")
 
 
@@ -411,7 +439,8 @@ def block_mask(TransformerBlock) -> None:
         raise CheckFailed("with a causal mask, changing tokens 3..4 changed the outputs at positions 0..2",
                           hint="pass the mask on to self.attn(..., mask=mask)", reread=SEC_BLOCK)
     _check_block(TransformerBlock, False, "padding", seed=2)
-    passed("TransformerBlock: the mask reaches the attention (causal and padding masks)")
+    _check_block(TransformerBlock, False, "causal+padding", seed=3, n_heads=2)
+    passed("TransformerBlock: the mask reaches the attention ((T, T), (B, 1, 1, T) and (B, 1, T, T) masks)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -439,15 +468,9 @@ def param_wrong_variants(D, d_ff, bias):
 def block_param_count(block_param_count) -> None:
     """Equals sum(p.numel()) of a block, with and without linear biases."""
     for D, d_ff, bias in ((64, 256, True), (32, 100, True), (64, 256, False)):
-        got = call(block_param_count, D, d_ff, bias=bias, name="block_param_count", reread=SEC_PARAMS)
+        got = expect_int(call(block_param_count, D, d_ff, bias=bias, name="block_param_count", reread=SEC_PARAMS),
+                         f"block_param_count({D}, {d_ff}, bias={bias})", reread=SEC_PARAMS)
         want = param_count_reference(D, d_ff, bias)
-        if not isinstance(got, int) or isinstance(got, bool):
-            if isinstance(got, float) and got == want:
-                raise CheckFailed("block_param_count returns a float", hint="return an int (use // or int(...))",
-                                  reread=SEC_PARAMS)
-            if not (hasattr(got, "item") and got.numel() == 1 and int(got.item()) == want):
-                raise CheckFailed(f"block_param_count returned {got!r}, expected an int", reread=SEC_PARAMS)
-            got = int(got.item())
         if got != want:
             names = [n for n, v in param_wrong_variants(D, d_ff, bias).items() if v == got]
             hint = (f"your count matches a block where {names[0]}" if names else
@@ -508,6 +531,10 @@ def _inspect_copy(block, layer):
         return None
     if getattr(block, "pre_ln", layer.norm_first) != layer.norm_first:
         return "your block uses the other LayerNorm order: set pre_ln=layer.norm_first"
+    heads = getattr(block.attn, "n_heads", layer.self_attn.num_heads)
+    if isinstance(heads, int) and heads != layer.self_attn.num_heads:
+        return (f"your block has {heads} heads, the layer {layer.self_attn.num_heads}: read the number of heads "
+                "from the layer (layer.self_attn.num_heads)")
     wrong = [n for n, ours, theirs in table
              if ours is None or tuple(ours.shape) != tuple(theirs.shape) or not torch.equal(ours.detach(), theirs.detach())]
     if not wrong:
@@ -529,8 +556,8 @@ def _loader_hint(name):
     return f"your output equals {name}"
 
 
-def _check_loader(fn, norm_first, seed):
-    layer = torch_layer(16, 4, 40, norm_first, seed)
+def _check_loader(fn, norm_first, seed, n_heads=4):
+    layer = torch_layer(16, n_heads, 40, norm_first, seed)
     block = call(fn, layer, name="from_torch_encoder_layer", reread=SEC_TORCH)
     if not isinstance(block, nn.Module):
         raise CheckFailed("from_torch_encoder_layer should return your TransformerBlock (an nn.Module)",
@@ -545,16 +572,19 @@ def _check_loader(fn, norm_first, seed):
         hint = _loader_hint(name) if name else (_inspect_copy(block, layer) or _loader_hint(None))
         expect_close(out, want, f"the loaded block (norm_first={norm_first}) vs nn.TransformerEncoderLayer",
                      hint=hint, reread=SEC_TORCH, atol=1e-5, rtol=1e-5,
-                     inputs="nn.TransformerEncoderLayer(16, 4, 40) with random weights, x of shape (2, 6, 16)")
+                     inputs=f"nn.TransformerEncoderLayer(16, {n_heads}, 40) with random weights, x of shape (2, 6, 16)")
 
 
 def from_torch_post_ln(from_torch_encoder_layer) -> None:
     """A post-LN (default) nn.TransformerEncoderLayer loaded into your block: same outputs."""
-    _check_loader(from_torch_encoder_layer, False, seed=11)
+    _check_loader(from_torch_encoder_layer, False, seed=11, n_heads=2)
     passed("from_torch_encoder_layer: same outputs as nn.TransformerEncoderLayer (post-LN) to 1e-5")
 
 
 def from_torch_pre_ln(from_torch_encoder_layer) -> None:
     """A norm_first=True layer loaded into your block: same outputs."""
-    _check_loader(from_torch_encoder_layer, True, seed=12)
+    _check_loader(from_torch_encoder_layer, True, seed=12, n_heads=8)
     passed("from_torch_encoder_layer: same outputs as nn.TransformerEncoderLayer(norm_first=True) to 1e-5")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .core import CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
 from .ex06 import randomize_
 
 LECTURE = "lectures/07_encoder_decoder.ipynb"
@@ -34,6 +34,14 @@ def _decoder(cls, D=16, H=4, d_ff=32):
             raise CheckFailed(f"your DecoderBlock has no sub-module `{attr}`",
                               hint="use the names of the exercise: self_attn, cross_attn, ff, ln1, ln2, ln3",
                               reread=SEC_DEC)
+    for h in (1, 2, 8):      # n_heads is passed on, whatever its value (not a fixed number)
+        other = call(cls, D, h, d_ff, name="DecoderBlock", reread=SEC_DEC)
+        for attr in ("self_attn", "cross_attn"):
+            got = getattr(getattr(other, attr, None), "n_heads", h)
+            if isinstance(got, int) and got != h:
+                raise CheckFailed(f"DecoderBlock({D}, n_heads={h}, ...) built its {attr} with {got} heads",
+                                  reread=SEC_DEC, hint="pass the block's n_heads argument on to both attentions, "
+                                                       "do not fix the number")
     return block
 
 
@@ -81,13 +89,23 @@ def _decoder_hint(name):
         return ("x = ln1(x + self_attn(x, mask=causal & self_mask)); x = ln2(x + cross_attn(x, kv=memory, "
                 "mask=memory_mask)); x = ln3(x + ff(x))")
     if "causal" in name:
-        return f"your block computes {name}: build torch.ones(T, T, dtype=torch.bool).tril() in forward"
+        return f"your block computes {name}: build the (T, T) lower-triangular mask inside forward"
     return f"your block computes {name}"
 
 
+OPTIONAL_MASKS = ("self_mask and memory_mask are optional: None means no padding (then only the causal mask "
+                  "applies to the self-attention, and the cross-attention gets no mask); check for None before "
+                  "using them")
+
+
 def _run_decoder(block, x, memory, self_mask=None, memory_mask=None):
-    out = call(block, x, memory, self_mask=self_mask, memory_mask=memory_mask, name="DecoderBlock.forward",
-               reread=SEC_DEC)
+    try:
+        out = call(block, x, memory, self_mask=self_mask, memory_mask=memory_mask, name="DecoderBlock.forward",
+                   reread=SEC_DEC)
+    except CheckFailed as e:
+        if "NoneType" in e.title and (self_mask is None or memory_mask is None):
+            raise CheckFailed(e.title, hint=OPTIONAL_MASKS, reread=SEC_DEC, student_tb=e.student_tb) from None
+        raise
     return expect_tensor(out, "DecoderBlock.forward", reread=SEC_DEC)
 
 
@@ -160,9 +178,10 @@ def decoder_causal(DecoderBlock) -> None:
 
 
 def decoder_masks(DecoderBlock) -> None:
-    """memory_mask (B, S) hides padded source tokens from the cross-attention; self_mask (B, T) hides padded targets."""
+    """memory_mask (B, S) hides padded source tokens from the cross-attention; self_mask (B, T) hides padded
+    targets; here with 2 heads."""
     torch.manual_seed(2)
-    block = _decoder(DecoderBlock).eval()
+    block = _decoder(DecoderBlock, H=2).eval()
     randomize_(block, 72)
     for T, S in ((5, 5), (4, 6)):   # equal lengths first: a mask on the wrong axis still runs and can be named
         x, memory = torch.randn(2, T, 16), torch.randn(2, S, 16)
@@ -186,10 +205,10 @@ def decoder_masks(DecoderBlock) -> None:
 # ----------------------------------------------------------------------------------------
 # Seq2SeqTransformer
 # ----------------------------------------------------------------------------------------
-def _model(cls, src_vocab=11, tgt_vocab=13, pad_id=0, seed=0):
+def _model(cls, src_vocab=11, tgt_vocab=13, pad_id=0, seed=0, d_model=18, n_heads=3):
     torch.manual_seed(seed)
-    model = call(cls, src_vocab, tgt_vocab, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=16, pad_id=pad_id,
-                 name="Seq2SeqTransformer", reread=SEC_S2S)
+    model = call(cls, src_vocab, tgt_vocab, d_model=d_model, n_heads=n_heads, d_ff=64, n_layers=2, max_len=16,
+                 pad_id=pad_id, name="Seq2SeqTransformer", reread=SEC_S2S)
     if not isinstance(model, nn.Module):
         raise CheckFailed("Seq2SeqTransformer(...) is not an nn.Module", reread=SEC_S2S)
     return model.eval()
@@ -253,17 +272,21 @@ def seq2seq_source(Seq2SeqTransformer) -> None:
 
 
 def seq2seq_padding(Seq2SeqTransformer) -> None:
-    """Extra padding at the end of the source changes nothing."""
-    model = _model(Seq2SeqTransformer, seed=3)
-    src = torch.tensor([[4, 9, 2, 7, 5, 0, 0], [3, 3, 8, 0, 0, 0, 0]])
-    tgt = torch.tensor([[1, 6, 2, 9], [1, 4, 4, 0]])
-    a = _logits(model, src, tgt)
-    b = _logits(model, torch.cat([src, torch.zeros(2, 5, dtype=torch.long)], dim=1), tgt)
-    if not close(b, a, atol=1e-5, rtol=1e-4):
-        raise CheckFailed("appending more padding (pad_id) to the source changes the logits",
-                          hint="mask source padding as keys: keep = src != pad_id, in the encoder "
-                               "(mask=keep[:, None, None, :]) and as the decoder's memory_mask", reread=SEC_MASKS)
-    passed("Seq2SeqTransformer: source padding is masked")
+    """Extra padding at the end of the source changes nothing (pad_id 0, and pad_id 3 with 3 heads)."""
+    for pad, d_model, n_heads in ((0, 32, 4), (3, 18, 3)):   # other pad_id and number of heads
+        model = _model(Seq2SeqTransformer, seed=3, pad_id=pad, d_model=d_model, n_heads=n_heads)
+        src = torch.tensor([[4, 9, 2, 7, 5, 0, 0], [1, 1, 8, 0, 0, 0, 0]])
+        src = torch.where(src == 0, pad, src)
+        tgt = torch.tensor([[1, 6, 2, 9], [1, 4, 4, 0]])
+        tgt = torch.where(tgt == 0, pad, tgt)
+        what = f"Seq2SeqTransformer(..., d_model={d_model}, n_heads={n_heads}, pad_id={pad})"
+        a = _logits(model, src, tgt)
+        b = _logits(model, torch.cat([src, torch.full((2, 5), pad)], dim=1), tgt)
+        if not close(b, a, atol=1e-5, rtol=1e-4):
+            raise CheckFailed(f"{what}: appending more padding (pad_id={pad}) to the source changes the logits",
+                              hint="mask source padding (src == pad_id, the pad_id the model was built with) as "
+                                   "keys: in the encoder and as the decoder's memory_mask", reread=SEC_MASKS)
+    passed("Seq2SeqTransformer: source padding is masked, whatever pad_id is")
 
 
 # ----------------------------------------------------------------------------------------
@@ -340,7 +363,15 @@ def greedy_wrong_variants(scripts, max_len, bos, eos):
 
 def _greedy(fn, model, B, max_len, bos, eos):
     src = torch.zeros(B, 3, dtype=torch.long)
-    out = call(fn, model, src, max_len, bos, eos, name="greedy_decode", reread=SEC_GREEDY)
+    try:
+        out = call(fn, model, src, max_len, bos, eos, name="greedy_decode", reread=SEC_GREEDY)
+    except CheckFailed as e:
+        if B > 1 and ("converted to Scalar" in e.title or "more than one value" in e.title):
+            raise CheckFailed(e.title, reread=SEC_GREEDY, student_tb=e.student_tb,
+                              hint="greedy_decode works on a batch of B sequences at once: keep one token per "
+                                   "sequence in a (B,) tensor and one finished flag per sequence; .item() and "
+                                   "`if tensor:` only work for B = 1") from None
+        raise
     return expect_tensor(out, "greedy_decode", reread=SEC_GREEDY)
 
 
@@ -377,7 +408,8 @@ def greedy_batch(greedy_decode) -> None:
     """A batch: sequences finish at different steps (padded with eos), or are cut at max_len."""
     _compare_greedy(greedy_decode, [[4, 2], [5, 6, 7, 2], [8, 9, 3, 9, 3, 9, 3, 9]], max_len=6,
                     what="greedy_decode of a batch (one sequence never emits eos)")
-    _compare_greedy(greedy_decode, [[2, 5], [6, 6, 2, 4]], max_len=8, what="greedy_decode of a batch that all finishes")
+    _compare_greedy(greedy_decode, [[3, 5], [6, 6, 3, 4]], max_len=8, bos=0, eos=3,
+                    what="greedy_decode of a batch that all finishes (bos_id=0, eos_id=3)")
     passed("greedy_decode: waits for every sequence, pads finished ones with eos, at most max_len steps")
 
 
@@ -386,3 +418,6 @@ def greedy_last_position(greedy_decode) -> None:
     _compare_greedy(greedy_decode, [[5, 6, 2], [7, 2]], max_len=5, decoy=9,
                     what="greedy_decode with a model whose earlier positions predict another token")
     passed("greedy_decode: reads the next token from the last position")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

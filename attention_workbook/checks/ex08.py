@@ -15,13 +15,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import CheckFailed, call, close, expect_shape, expect_tensor, passed
+from .core import guard, CheckFailed, call, close, expect_shape, expect_tensor, passed
 
 LECTURE = "lectures/08_train_a_gpt.ipynb"
 SEC_DATA = f"lecture 08, section 3 'The data' ({LECTURE}#data)"
 SEC_MODEL = f"lecture 08, section 4 'The model' ({LECTURE}#model)"
 SEC_SCHEDULE = f"lecture 08, section 5 'The optimizer and the learning-rate schedule' ({LECTURE}#schedule)"
-SEC_GENERATE = f"lecture 08, section 7 'Generating text' ({LECTURE}#generation)"
+SEC_GENERATE = f"lecture 08, section 8 'Generating text' ({LECTURE}#generation)"
 
 
 @contextlib.contextmanager
@@ -55,8 +55,8 @@ def _student_batch(get_batch, data, block_size, batch_size, seed):
         if "equal size" in e.title or "out of" in e.title:
             raise CheckFailed(e.title, reread=SEC_DATA, student_tb=e.student_tb, details=e.details,
                               hint="a window runs past the end of the data: the largest valid start is "
-                                   "len(data) - block_size - 1, so draw starts with torch.randint(len(data) - "
-                                   "block_size, ...)") from None
+                                   "len(data) - block_size - 1 (its target window ends on the last character); "
+                                   "remember that torch.randint(n, ...) draws 0 .. n - 1") from None
         raise
     if not (isinstance(out, tuple) and len(out) == 2):
         raise CheckFailed("get_batch must return a pair (x, y)", hint="end with `return x, y`", reread=SEC_DATA)
@@ -109,15 +109,22 @@ def get_batch_random(get_batch) -> None:
     starts = set(x1[:, 0].tolist())
     if int(y1.max()) > 11 or starts - {0, 1, 2, 3}:
         raise CheckFailed("a window runs past the end of the data", reread=SEC_DATA,
-                          hint="the largest valid start is len(data) - block_size - 1: "
-                               "torch.randint(len(data) - block_size, ...) draws exactly 0 .. that")
+                          hint="the largest valid start is len(data) - block_size - 1, and torch.randint(n, ...) "
+                               "draws 0 .. n - 1: choose n so that the largest draw is that start")
     if starts != {0, 1, 2, 3}:
         raise CheckFailed("some valid windows are never drawn", reread=SEC_DATA,
-                          hint="draw the start from 0 to len(data) - block_size - 1 inclusive: "
-                               "torch.randint(len(data) - block_size, (batch_size,), generator=generator)",
+                          hint="every start from 0 to len(data) - block_size - 1 inclusive must be possible: "
+                               "torch.randint(n, ...) draws 0 .. n - 1, so n is one more than the largest start",
                           details=[f"starts drawn in 64 windows of data = arange(12), block_size 8: {sorted(starts)}; "
                                    f"valid: [0, 1, 2, 3]"])
-    passed("get_batch: reproducible random windows, every valid start possible, none out of range")
+    xa, _ = _student_batch(get_batch, torch.arange(500), 8, 16, seed=1)
+    xb, _ = _student_batch(get_batch, torch.arange(500), 8, 16, seed=2)
+    if torch.equal(xa, xb):
+        raise CheckFailed("generators with different seeds gave the same batch", reread=SEC_DATA,
+                          hint="draw the starts from the generator you are given (generator=generator), not from "
+                               "one you create or seed yourself")
+    passed("get_batch: reproducible random windows from the given generator, every valid start possible, "
+           "none out of range")
 
 
 # ----------------------------------------------------------------------------------------
@@ -171,7 +178,22 @@ def lr_at_cosine(lr_at) -> None:
             raise CheckFailed(f"after max_steps the learning rate should stay at min_lr; step {s} gives {got:.3e}",
                               reread=SEC_SCHEDULE,
                               hint="after max_steps return min_lr: the cosine would climb back up")
-    passed("lr_at: cosine decay to min_lr at max_steps, constant afterwards")
+    M = 100   # warmup_steps = 0 (no warmup, as the text says): the cosine starts at step 0 with max_lr
+    for s, want in {0: hi, 50: (hi + lo) / 2, 100: lo}.items():
+        try:
+            got = _lr(lr_at, s, 0, M, hi, lo)
+        except CheckFailed as e:
+            if "ZeroDivisionError" in e.title:
+                raise CheckFailed(f"lr_at({s}, warmup_steps=0, ...) divides by zero", reread=SEC_SCHEDULE,
+                                  student_tb=e.student_tb,
+                                  hint="warmup_steps may be 0 (no warmup): then no step is a warmup step, and "
+                                       "the cosine runs from step 0") from None
+            raise
+        if not math.isclose(got, want, rel_tol=1e-6):
+            raise CheckFailed(f"lr_at({s}, warmup_steps=0, max_steps={M}, max_lr={hi}, min_lr={lo}) is wrong",
+                              reread=SEC_SCHEDULE, details=[f"expected {want:.4e}, yours {got:.4e}"],
+                              hint="with warmup_steps=0 there is no warmup: the cosine starts at max_lr at step 0")
+    passed("lr_at: cosine decay to min_lr at max_steps, constant afterwards (also with warmup_steps=0)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -206,9 +228,16 @@ def gpt_forward(GPT) -> None:
                  hint="logits are (B, T, vocab_size): one score per possible next character at every position")
     if loss is not None:
         raise CheckFailed("with targets=None the loss should be None", reread=SEC_MODEL)
-    logits, loss = _forward(model, idx[:, :5])
+    short_hint = "use the positions 0..T-1 of the INPUT, T = idx.shape[1], not all block_size of them"
+    try:
+        logits, loss = _forward(model, idx[:, :5])
+    except CheckFailed as e:
+        if "raised" not in e.title:
+            raise
+        raise CheckFailed(f"for a sequence shorter than block_size (T=5 < 16): {e.title}", hint=short_hint,
+                          reread=SEC_MODEL, student_tb=e.student_tb) from None
     expect_shape(logits, (3, 5, 65), "logits for a sequence shorter than block_size", reread=SEC_MODEL,
-                 hint="use positions 0..T-1 of the INPUT (torch.arange(T)), not of block_size")
+                 hint=short_hint)
     targets = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(1))
     logits, loss = _forward(model, idx, targets)
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
@@ -224,7 +253,13 @@ def gpt_forward(GPT) -> None:
         raise CheckFailed(f"the loss at initialisation is {loss.item():.2f}, far from ln(65) = {math.log(65):.2f}",
                           reread=SEC_MODEL, hint="initialise the weights small (normal, std 0.02) so that every "
                           "character starts about equally likely")
-    passed(f"GPT: logits (B, T, 65), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f})")
+    other = _build(GPT, seed=5, vocab_size=37, block_size=12, n_layer=1, n_head=2, d_model=16)   # not 65
+    idx = torch.randint(37, (2, 12), generator=torch.Generator().manual_seed(2))
+    logits2, loss2 = _forward(other, idx, idx)
+    expect_shape(logits2, (2, 12, 37), "logits of GPT(vocab_size=37, block_size=12, n_layer=1, n_head=2, d_model=16)",
+                 reread=SEC_MODEL, hint="build every layer from the arguments (vocab_size, block_size, ...): the "
+                                        "checks use other sizes than tiny-shakespeare's 65 characters")
+    passed(f"GPT: logits (B, T, V), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f})")
 
 
 @single_threaded
@@ -252,15 +287,16 @@ def gpt_causal(GPT) -> None:
 @single_threaded
 def gpt_positions_and_tying(GPT) -> None:
     """Position embeddings are added; the output layer shares the token embedding's weights."""
-    model = _build(GPT, seed=2)
+    model = _build(GPT, seed=2, vocab_size=37)
     logits, _ = _forward(model, torch.full((1, 8), 7, dtype=torch.long))
     if (logits[0, 1:] - logits[0, :1]).abs().amax().item() < 1e-6:
         raise CheckFailed("a sequence of identical characters gives identical logits at every position",
                           reread=SEC_MODEL, hint="position embeddings are not added: x = tok_emb(idx) + "
                                                  "pos_emb(torch.arange(T)); without them attention ignores order")
-    mats = [p for p in model.parameters() if tuple(p.shape) in ((65, 32), (32, 65))]
+    mats = [p for p in model.parameters() if tuple(p.shape) in ((37, 32), (32, 37))]
     if len(mats) != 1:
-        raise CheckFailed(f"the model holds {len(mats)} separate (vocab x d_model) matrices, expected 1 (tied)",
+        raise CheckFailed(f"GPT(vocab_size=37, d_model=32) holds {len(mats)} separate (vocab_size x d_model) "
+                          "matrices, expected 1 (tied)",
                           reread=SEC_MODEL,
                           hint="weight tying is broken: after creating lm_head, set "
                                "self.lm_head.weight = self.tok_emb.weight (and create nothing after that which "
@@ -319,8 +355,24 @@ class FixedLogits(nn.Module):
 
 
 def _gen(generate, model, idx, n, **kw):
-    out = call(generate, model, idx, n, name="generate", reread=SEC_GENERATE, **kw)
-    return expect_tensor(out, "generate(...)", SEC_GENERATE)
+    try:
+        out = call(generate, model, idx, n, name="generate", reread=SEC_GENERATE, **kw)
+    except CheckFailed as e:
+        if idx.size(0) > 1 and "raised" in e.title:
+            try:   # the same call for the first prompt alone: does it work for B = 1 only?
+                call(generate, model, idx[:1], n, name="generate", reread=SEC_GENERATE, **kw)
+            except CheckFailed:
+                raise e from None
+            raise CheckFailed(f"generate fails for a batch of {idx.size(0)} prompts (it works for one): {e.title}",
+                              reread=SEC_GENERATE, student_tb=e.student_tb,
+                              hint="idx is a batch (B, T): work on all rows at once, one new token per row "
+                                   "per step (B, 1)") from None
+        raise
+    out = expect_tensor(out, "generate(...)", SEC_GENERATE)
+    if out.size(0) != idx.size(0):
+        raise CheckFailed(f"generate returned {out.size(0)} rows for a batch of {idx.size(0)} prompts",
+                          reread=SEC_GENERATE, hint="idx is a batch (B, T): keep one row per prompt")
+    return out
 
 
 @single_threaded
@@ -384,3 +436,6 @@ def generate_sampling(generate) -> None:
         raise CheckFailed("with top_k=2 the two kept tokens have the wrong proportions", reread=SEC_GENERATE,
                           hint="after masking, take the softmax of the remaining logits")
     passed("generate: frequencies follow softmax(logits / temperature); top_k keeps the k largest")
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

@@ -363,10 +363,8 @@ def misconceptions(records: list[Record], assignment: str, top: int = 5) -> list
             if cell not in m.must_fail:
                 continue
             for r in graded:
-                if cell in r.failed_cells and set(m.must_fail) <= set(r.failed_cells):
-                    text = " ".join(r.errors.get(c, "") for c in m.must_fail)
-                    if m.hint is None or m.hint.lower() in text.lower():
-                        expl[m.description] += 1
+                if catalog.explains(m, r.failed_cells, r.errors):
+                    expl[m.description] += 1
         # a check that only hidden tests catch: fall back to every mistake that names it
         ranked = expl.most_common(2) or [(m.description, 0) for m in cat if cell in m.must_fail][:2]
         out.append({"cell": cell, "n": n, "share": n / len(graded), "mistakes": ranked})

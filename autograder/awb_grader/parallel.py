@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .course import Course
+from .course import Course, nbgrader_quirks_silenced
 from .pipeline import Row, grade_submissions
 
 
@@ -277,7 +277,8 @@ def copy_submissions(src, dst, pairs) -> None:
             d_sub = dst.find_submission(assignment, student)
             d_sub.timestamp = s_sub.timestamp
         except MissingEntry:
-            d_sub = dst.add_submission(assignment, student, timestamp=s_sub.timestamp)
+            with nbgrader_quirks_silenced():
+                d_sub = dst.add_submission(assignment, student, timestamp=s_sub.timestamp)
         d_sub.extension = s_sub.extension
         for s_nb in s_sub.notebooks:
             d_nb = dst.find_submission_notebook(s_nb.name, assignment, student)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import re
 import shutil
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,14 @@ class Row:
     status: str = "ok"
     reasons: list[str] = field(default_factory=list)
     failed_cells: list[str] = field(default_factory=list)
+    misconceptions: list[str] = field(default_factory=list)  # catalog labels its errors name
+    unanswered: list[str] = field(default_factory=list)      # answer cells left as the stub
+
+    @property
+    def notes(self) -> list[str]:
+        """What the table says about the student: mistakes first, then flags and repairs."""
+        unanswered = [f"unanswered: {', '.join(self.unanswered)}"] if self.unanswered else []
+        return [*self.misconceptions, *unanswered, *self.reasons]
 
 
 def grade_submissions(course: Course, assignment: str, submissions: dict[str, Path],
@@ -67,6 +76,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
         max_scores = course.max_scores(assignment)
         row.score = sum(scores.values())
         row.failed_cells = [c for c, s in scores.items() if s < max_scores.get(c, 0)]
+        row.misconceptions, row.unanswered = _diagnose(course, assignment, student, row.failed_cells)
         broken = _broken_answers(course, assignment, student)
         if broken:
             row.reasons.append("answer cell(s) do not run: " + ", ".join(broken))
@@ -113,6 +123,30 @@ def _timeouts(course: Course, assignment: str, student: str) -> list[str]:
     return hits
 
 
+def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) -> tuple[list[str], list[str]]:
+    """(labels of the catalogued mistakes the failing checks' messages name, answer cells
+    still holding the release's stub) for one autograded submission."""
+    import nbformat
+
+    from . import catalog
+    from .submissions import _norm
+    from .variants import error_text
+
+    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
+    release_nb = course.release_root / assignment / f"{assignment}.ipynb"
+    if not p.exists() or not release_nb.exists():
+        return [], []
+    stubs = {c.metadata["nbgrader"]["grade_id"]: _norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
+             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+    nb = nbformat.read(p, as_version=4)
+    unanswered = [gid for c in nb.cells if (gid := c.metadata.get("nbgrader", {}).get("grade_id")) in stubs
+                  and _norm(c.source) == stubs[gid]]
+    errors = {c: error_text(nb, c) for c in failed}
+    named = [" or ".join(m.short for m in group) for group in catalog.named_by_errors(assignment, failed, errors)
+             if group[0].cell not in unanswered]
+    return list(dict.fromkeys(named)), unanswered
+
+
 def _broken_answers(course: Course, assignment: str, student: str) -> list[str]:
     """Answer cells that raised when run (e.g. a SyntaxError): worth a note in the table."""
     import nbformat
@@ -141,10 +175,11 @@ def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
 def write_flags_csv(rows: list[Row], dest: Path) -> Path:
     with open(dest, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
+        w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells",
+                    "misconceptions"])
         for r in rows:
             w.writerow([r.student, r.assignment, _fmt(r.score), _fmt(r.max_score), r.status,
-                        " | ".join(r.reasons), " ".join(r.failed_cells)])
+                        " | ".join(r.reasons), " ".join(r.failed_cells), " | ".join(r.misconceptions)])
     return dest
 
 
@@ -152,12 +187,20 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
 
 
-def table(rows: list[Row]) -> str:
+def table(rows: list[Row], notes_width: int = 80) -> str:
+    """One line per student (long notes wrap under their column): score, status, then the
+    mistakes their errors name, unanswered cells, and every flag or repair with its reason."""
     head = ["student", "score", "status", "notes"]
-    body = [[r.student, f"{_fmt(r.score)}/{_fmt(r.max_score)}", r.status, "; ".join(r.reasons) or "-"] for r in rows]
+    body = [[r.student, f"{_fmt(r.score)}/{_fmt(r.max_score)}", r.status, "; ".join(r.notes) or "-"] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    widths[-1] = min(widths[-1], 110)
-    line = lambda cells: "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    widths[-1] = min(widths[-1], notes_width)
+    indent = " " * (sum(widths[:-1]) + 2 * (len(widths) - 1))
+
+    def line(cells):
+        first = "  ".join(str(c).ljust(w) for c, w in zip(cells[:-1], widths))
+        notes = textwrap.wrap(cells[-1], widths[-1], break_on_hyphens=False) or [""]
+        return "\n".join([f"{first}  {notes[0]}".rstrip()] + [indent + n for n in notes[1:]])
+
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
 
 

@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 00 (tensor shape drills)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "00_tensor_shapes"
 
 _PAIR = ("test_pairwise_dots_shape", "test_pairwise_dots_values")
 _SPLIT = ("test_split_last_shape", "test_split_last_values")
@@ -30,7 +32,7 @@ MISTAKES = [
         source='''def pairwise_dots(x):
     return x @ x.T
 ''',
-        must_fail=_PAIR, hint="x.mT"),
+        must_fail=_PAIR, hint="x.mT", visible=True),
     Mistake(
         id="pairwise_scaled", cell="pairwise_dots",
         description="divides the dot products by sqrt(C), anticipating attention's scaling",
@@ -75,7 +77,7 @@ MISTAKES = [
         raise ValueError("D not divisible by n")
     return x.reshape(B, T, n, D // n)
 ''',
-        must_fail=_SPLIT, hint="don't assume x is 3-D"),
+        must_fail=_SPLIT + ("test_split_last_error",), hint="don't assume x is 3-D", visible=True),
     Mistake(
         id="split_groups_first", cell="split_last",
         description="reshape(n, ..., D // n): the group axis put in front of the leading axes",
@@ -121,7 +123,7 @@ MISTAKES = [
         source='''def batched_outer(a, b):
     return torch.outer(a, b)
 ''',
-        must_fail=_OUTER, hint="only takes two vectors"),
+        must_fail=_OUTER, hint="only takes two vectors", visible=True),
     # -- einsum_matmul --------------------------------------------------------------------
     Mistake(
         id="einsum_uses_at", cell="einsum_matmul",
@@ -136,7 +138,7 @@ MISTAKES = [
         source='''def einsum_matmul(A, B):
     return torch.einsum("ik,kj->ij", A, B)
 ''',
-        must_fail=("test_einsum_matmul_batched",), hint="'...'"),
+        must_fail=("test_einsum_matmul_batched",), hint="'...'", visible=True),
     Mistake(
         id="einsum_output_swapped", cell="einsum_matmul",
         description="'...ik,...kj->...ji': the output is transposed",
@@ -167,7 +169,7 @@ MISTAKES = [
     B, nh, T, hs = x.shape
     return x.transpose(1, 2).view(B, T, nh * hs)
 ''',
-        must_fail=_MERGE, hint="contiguous"),
+        must_fail=_MERGE, hint="contiguous", visible=True),
     Mistake(
         id="merge_channels_hs_major", cell="merge_heads",
         description="permute(0, 2, 3, 1): channels ordered (hs, nh) instead of (nh, hs)",
@@ -183,7 +185,7 @@ MISTAKES = [
         source='''def center_tokens(x):
     return x - x.mean(-1)
 ''',
-        must_fail=("test_center_tokens_values",), hint="keepdim"),
+        must_fail=("test_center_tokens_values",), hint="keepdim", visible=True),
     Mistake(
         id="center_over_time", cell="center_tokens",
         description="mean over the time axis (dim=1) instead of the channels",
@@ -261,4 +263,12 @@ ALTERNATIVES = [
     return x - x.mean(dim=-1).unsqueeze(-1)
 ''',
         }),
+    Alternative(
+        id="warnings_dot_T_on_3d",
+        description="pairwise_dots through x.T on a 3-D tensor, put back in order with permute (torch warns, once, "
+                    "that x.T on tensors that are not 2-D is deprecated), batched_outer on a torch.tensor(a) copy "
+                    "(torch warns to use clone): correct, so full marks, warnings or not",
+        cells={"pairwise_dots": edit(A, "pairwise_dots", ("return x @ x.transpose(-2, -1)",
+                                                          "return x @ x.T.permute(2, 0, 1)")),
+               "batched_outer": edit(A, "batched_outer", ("return a[:, :, None]", "return torch.tensor(a)[:, :, None]"))}),
 ]

@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 01 (rnn_forward, gradient_vs_distance)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "01_rnn_limitations"
 
 _RNN_VALUES = ("test_rnn_forward_values", "test_rnn_forward_h0")
 _GRAD_VALUES = ("test_gradient_vs_distance_single", "test_gradient_vs_distance_batch")
@@ -126,6 +128,21 @@ MISTAKES = [
     return x.grad.norm(dim=(0, 2)).flip(0)
 ''',
         must_fail=("test_gradient_vs_distance_shape",), hint="changed the caller's x"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="rnn_one_sequence", cell="rnn_forward",
+        description="runs the first sequence of the batch only: right for B = 1",
+        source=edit(A, "rnn_forward", ("h = h0 ", "h = h0[0] "), ("x[:, t] @ W_xh", "x[0, t] @ W_xh"),
+                    ("return torch.stack(states, dim=1)", "return torch.stack(states)[None]")),
+        must_fail=("test_rnn_forward_shape", "test_rnn_forward_values", "test_rnn_forward_h0"),
+        hint="every sequence", visible=True),
+    Mistake(
+        id="grad_float32_copy", cell="gradient_vs_distance",
+        description="converts the copy of x to float32: right for float32 inputs, fails on the float64 ones",
+        source=edit(A, "gradient_vs_distance", ("x.detach().clone().requires_grad_(True)",
+                                                "x.detach().clone().float().requires_grad_(True)")),
+        must_fail=("test_gradient_vs_distance_shape", "test_gradient_vs_distance_single",
+                   "test_gradient_vs_distance_batch"), hint="keep x's dtype", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -171,4 +188,10 @@ ALTERNATIVES = [
     return torch.stack([g[:, T - 1 - k].pow(2).sum().sqrt() for k in range(T)])
 ''',
         }),
+    Alternative(
+        id="warnings_tensor_copy",
+        description="copies x with torch.tensor(x, requires_grad=True) (torch warns to use clone): correct, so "
+                    "full marks, warnings or not",
+        cells={"gradient_vs_distance": edit(A, "gradient_vs_distance", ("x.detach().clone().requires_grad_(True)",
+                                                                         "torch.tensor(x, requires_grad=True)"))}),
 ]

@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 02 (hard_lookup, soft_lookup)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "02_attention_as_lookup"
 
 _HARD_ALL = ("test_hard_lookup_single", "test_hard_lookup_batch")
 _SOFT_ALL = ("test_soft_lookup_single", "test_soft_lookup_batch", "test_soft_lookup_temperature")
@@ -38,7 +40,7 @@ MISTAKES = [
     scores = query @ keys.T
     return values[scores.argmax()]
 ''',
-        must_fail=("test_hard_lookup_batch",), hint="argmax without dim="),
+        must_fail=("test_hard_lookup_batch",), hint="argmax without dim=", visible=True),
     Mistake(
         id="hard_argmax_over_queries", cell="hard_lookup",
         description="argmax over the queries (dim=0) instead of the keys",
@@ -78,7 +80,7 @@ MISTAKES = [
     weights = torch.softmax(query @ keys.T / temperature, dim=0)
     return weights @ values
 ''',
-        must_fail=("test_soft_lookup_batch", "test_soft_lookup_temperature"), hint="over the queries (dim=0)"),
+        must_fail=("test_soft_lookup_batch", "test_soft_lookup_temperature"), hint="over the queries (dim=0)", visible=True),
     Mistake(
         id="soft_sum_normalised", cell="soft_lookup",
         description="normalises the scores by their sum instead of a softmax",
@@ -171,4 +173,10 @@ ALTERNATIVES = [
     return torch.stack([soft_lookup(q, keys, values, temperature) for q in query])
 ''',
         }),
+    Alternative(
+        id="warnings_implicit_softmax_dim",
+        description="F.softmax without dim= (torch warns; for (m,) and (n, m) scores the implicit dim is the "
+                    "last one): correct, so full marks, warnings or not",
+        cells={"soft_lookup": edit(A, "soft_lookup", ("torch.softmax(scores, dim=-1)",
+                                                      "torch.nn.functional.softmax(scores)"))}),
 ]

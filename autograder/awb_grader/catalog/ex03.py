@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 03 (simplified self-attention, loops / matrix / softmax)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "03_simplified_self_attention"
 
 _LOOPS_ALL = ("test_loops_values", "test_loops_batch")
 _SIMPLE_ALL = ("test_simple_values", "test_simple_batch")
@@ -92,7 +94,7 @@ MISTAKES = [
         y[i] /= S
     return y
 ''',
-        must_fail=("test_loops_batch",), hint="fails on a batch"),
+        must_fail=("test_loops_batch",), hint="fails on a batch", visible=True),
     # -- simple_self_attention ---------------------------------------------------------------
     Mistake(
         id="simple_no_division", cell="simple_self_attention",
@@ -116,7 +118,7 @@ MISTAKES = [
     S = x.shape[-2]
     return x @ x.T @ x / S
 ''',
-        must_fail=("test_simple_batch",), hint="x.T"),
+        must_fail=("test_simple_batch",), hint="x.T", visible=True),
     Mistake(
         id="simple_divide_by_D", cell="simple_self_attention",
         description="divides by D = x.shape[-1] instead of S = x.shape[-2]",
@@ -145,7 +147,7 @@ MISTAKES = [
         source='''def softmax_self_attention(x):
     return torch.softmax(x @ x.transpose(-2, -1), dim=1) @ x
 ''',
-        must_fail=("test_softmax_batch",), hint="QUERY axis"),
+        must_fail=("test_softmax_batch",), hint="QUERY axis", visible=True),
     Mistake(
         id="softmax_keeps_1_over_S", cell="softmax_self_attention",
         description="keeps the 1/S of the raw version after the softmax",
@@ -222,4 +224,10 @@ ALTERNATIVES = [
     return torch.bmm(w, flat).reshape(x.shape)
 ''',
         }),
+    Alternative(
+        id="warnings_torch_range",
+        description="loops over torch.range positions (deprecated: torch warns on every call): correct, so full "
+                    "marks, warnings or not",
+        cells={"simple_self_attention_loops": edit(A, "simple_self_attention_loops", (
+            "for i in range(S):", "for i in torch.range(0, S - 1).long().tolist():"))}),
 ]

@@ -1,13 +1,15 @@
 """Misconception catalog for exercise 04 (softmax, masks, scaled dot-product attention)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "04_queries_keys_values"
 
 _SDPA_ALL = ("test_sdpa_values", "test_sdpa_causal", "test_sdpa_padding")
 
 MISTAKES = [
     # -- softmax ---------------------------------------------------------------------------
     Mistake(
-        id="softmax_wrong_axis", cell="softmax",
+        id="softmax_wrong_axis", cell="softmax", label="softmax over the wrong axis",
         description="softmax normalised over the first axis instead of `dim`",
         source='''def softmax(x, dim=-1):
     shifted = x - x.amax(dim=0, keepdim=True)
@@ -16,7 +18,7 @@ MISTAKES = [
 ''',
         must_fail=("test_softmax_values", "test_softmax_dim"), hint="softmax over dim="),
     Mistake(
-        id="softmax_no_max_subtraction", cell="softmax",
+        id="softmax_no_max_subtraction", cell="softmax", label="softmax without the row max",
         description="softmax without subtracting the maximum: overflows to nan for large scores",
         source='''def softmax(x, dim=-1):
     e = torch.exp(x)
@@ -24,16 +26,16 @@ MISTAKES = [
 ''',
         must_fail=("test_softmax_stability",), hint="subtract the maximum"),
     Mistake(
-        id="softmax_ignores_dim", cell="softmax",
+        id="softmax_ignores_dim", cell="softmax", label="softmax ignores dim",
         description="softmax always over the last axis, ignoring the `dim` argument",
         source='''def softmax(x, dim=-1):
     shifted = x - x.max(dim=-1, keepdim=True).values
     e = shifted.exp()
     return e / e.sum(dim=-1, keepdim=True)
 ''',
-        must_fail=("test_softmax_dim",), hint="dim="),
+        must_fail=("test_softmax_dim",), hint="dim=", visible=True),
     Mistake(
-        id="softmax_global_max", cell="softmax",
+        id="softmax_global_max", cell="softmax", label="softmax with the global max",
         description="subtracts the global maximum instead of each row's: rows far below it underflow to 0/0",
         source='''def softmax(x, dim=-1):
     e = torch.exp(x - x.max())
@@ -41,7 +43,7 @@ MISTAKES = [
 ''',
         must_fail=("test_softmax_stability",), hint="maximum of each row"),
     Mistake(
-        id="softmax_uses_builtin", cell="softmax",
+        id="softmax_uses_builtin", cell="softmax", label="calls torch.softmax",
         description="calls torch.softmax instead of writing the softmax",
         source='''def softmax(x, dim=-1):
     return torch.softmax(x, dim=dim)
@@ -49,42 +51,42 @@ MISTAKES = [
         must_fail=("test_softmax_values", "test_softmax_dim", "test_softmax_stability"), hint="off limits"),
     # -- masks -----------------------------------------------------------------------------
     Mistake(
-        id="causal_mask_upper", cell="causal_mask",
+        id="causal_mask_upper", cell="causal_mask", label="causal mask shows the future",
         description="causal mask as the upper triangle: tokens see the future instead of the past",
         source='''def causal_mask(T):
     return torch.ones(T, T, dtype=torch.bool).triu()
 ''',
         must_fail=("test_causal_mask",), hint="future"),
     Mistake(
-        id="causal_mask_diagonal", cell="causal_mask",
+        id="causal_mask_diagonal", cell="causal_mask", label="causal mask hides the diagonal",
         description="causal mask that also hides the diagonal: a token may not attend to itself",
         source='''def causal_mask(T):
     return torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
 ''',
         must_fail=("test_causal_mask",), hint="diagonal"),
     Mistake(
-        id="causal_mask_float", cell="causal_mask",
+        id="causal_mask_float", cell="causal_mask", label="causal mask of floats",
         description="causal mask of floats (1.0/0.0) instead of booleans",
         source='''def causal_mask(T):
     return torch.tril(torch.ones(T, T))
 ''',
-        must_fail=("test_causal_mask",), hint="torch.bool"),
+        must_fail=("test_causal_mask",), hint="torch.bool", visible=True),
     Mistake(
-        id="padding_mask_queries", cell="padding_mask",
+        id="padding_mask_queries", cell="padding_mask", label="padding mask on the query axis",
         description="padding mask on the query axis (B, T, 1): keys and queries swapped",
         source='''def padding_mask(lengths, T):
     return (torch.arange(T)[None, :] < lengths[:, None])[:, :, None]
 ''',
         must_fail=("test_padding_mask",), hint="keys and queries are swapped"),
     Mistake(
-        id="padding_mask_inverted", cell="padding_mask",
+        id="padding_mask_inverted", cell="padding_mask", label="padding mask inverted",
         description="padding mask True on the padding (the inverse of 'may attend')",
         source='''def padding_mask(lengths, T):
     return (torch.arange(T)[None, :] >= lengths[:, None])[:, None, :]
 ''',
         must_fail=("test_padding_mask",), hint="inverted"),
     Mistake(
-        id="padding_mask_off_by_one", cell="padding_mask",
+        id="padding_mask_off_by_one", cell="padding_mask", label="padding mask off by one",
         description="padding mask keeps position == length (positions count from 0)",
         source='''def padding_mask(lengths, T):
     return (torch.arange(T)[None, :] <= lengths[:, None])[:, None, :]
@@ -92,7 +94,7 @@ MISTAKES = [
         must_fail=("test_padding_mask",), hint="off by one"),
     # -- scaled dot-product attention -------------------------------------------------------
     Mistake(
-        id="sdpa_no_scaling", cell="scaled_dot_product_attention",
+        id="sdpa_no_scaling", cell="scaled_dot_product_attention", label="no sqrt(d) scaling",
         description="attention scores not divided by sqrt(d): the softmax saturates as d grows",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1)
@@ -103,7 +105,7 @@ MISTAKES = [
 ''',
         must_fail=_SDPA_ALL, hint="no scaling"),
     Mistake(
-        id="sdpa_scale_by_d", cell="scaled_dot_product_attention",
+        id="sdpa_scale_by_d", cell="scaled_dot_product_attention", label="scaled by d, not sqrt(d)",
         description="attention scores divided by d instead of sqrt(d)",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / q.shape[-1]
@@ -114,7 +116,7 @@ MISTAKES = [
 ''',
         must_fail=_SDPA_ALL, hint="scaling by d instead of sqrt(d)"),
     Mistake(
-        id="sdpa_mask_after_softmax", cell="scaled_dot_product_attention",
+        id="sdpa_mask_after_softmax", cell="scaled_dot_product_attention", label="mask applied after the softmax",
         description="mask applied to the weights after the softmax: rows no longer sum to 1",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -125,7 +127,7 @@ MISTAKES = [
 ''',
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="after the softmax"),
     Mistake(
-        id="sdpa_mask_zero_not_inf", cell="scaled_dot_product_attention",
+        id="sdpa_mask_zero_not_inf", cell="scaled_dot_product_attention", label="masked scores 0, not -inf",
         description="masked scores filled with 0 instead of -inf: masked keys still get weight",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -136,7 +138,7 @@ MISTAKES = [
 ''',
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="instead of -inf"),
     Mistake(
-        id="sdpa_mask_inverted", cell="scaled_dot_product_attention",
+        id="sdpa_mask_inverted", cell="scaled_dot_product_attention", label="attention mask inverted",
         description="mask used the other way round (fills where mask is True)",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -147,7 +149,7 @@ MISTAKES = [
 ''',
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="inverted"),
     Mistake(
-        id="sdpa_softmax_query_axis", cell="scaled_dot_product_attention",
+        id="sdpa_softmax_query_axis", cell="scaled_dot_product_attention", label="softmax over the queries",
         description="softmax over the query axis (dim=-2) instead of the keys",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -158,7 +160,7 @@ MISTAKES = [
 ''',
         must_fail=_SDPA_ALL, hint="query axis"),
     Mistake(
-        id="sdpa_weights_transposed", cell="scaled_dot_product_attention",
+        id="sdpa_weights_transposed", cell="scaled_dot_product_attention", label="weights transposed",
         description="returns the weights transposed, (..., Tk, Tq)",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -169,7 +171,7 @@ MISTAKES = [
 ''',
         must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="transposed"),
     Mistake(
-        id="sdpa_transpose_1_2", cell="scaled_dot_product_attention",
+        id="sdpa_transpose_1_2", cell="scaled_dot_product_attention", label="k.transpose(1, 2)",
         description="transposes axes 1 and 2 of k: right for (B, T, d) only, wrong with other batch dims",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
@@ -178,9 +180,9 @@ MISTAKES = [
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 ''',
-        must_fail=("test_sdpa_shapes", "test_sdpa_values", "test_sdpa_padding")),
+        must_fail=_SDPA_ALL + ("test_sdpa_shapes",), hint="only for 3-D inputs", visible=True),
     Mistake(
-        id="sdpa_k_dot_T", cell="scaled_dot_product_attention",
+        id="sdpa_k_dot_T", cell="scaled_dot_product_attention", label="k.T on a batch",
         description="uses k.T, which reverses every axis of a batched tensor, instead of k.transpose(-2, -1)",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.T / math.sqrt(q.shape[-1])
@@ -189,7 +191,25 @@ MISTAKES = [
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 ''',
-        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="shape"),
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="shape", visible=True),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="sdpa_bmm_3d_only", cell="scaled_dot_product_attention",
+        description="torch.bmm with k.permute(0, 2, 1): right for (B, T, d) inputs only, fails with no or two batch axes",
+        source=edit(A, "scaled_dot_product_attention",
+                    ("q @ k.transpose(-2, -1)", "torch.bmm(q, k.permute(0, 2, 1))"),
+                    ("return weights @ v, weights", "return torch.bmm(weights, v), weights")),
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="only for 3-D inputs", visible=True),
+    Mistake(
+        id="sdpa_mask_gets_batch_axis", cell="scaled_dot_product_attention",
+        description="adds a batch axis to the mask (mask[None]): right for a (T, T) mask on 3-D inputs only",
+        source=edit(A, "scaled_dot_product_attention", ("scores.masked_fill(~mask,", "scores.masked_fill(~mask[None],")),
+        must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="as it is", visible=True),
+    Mistake(
+        id="padding_mask_2d", cell="padding_mask",
+        description="padding mask of shape (B, T), without the axis that broadcasts over the queries",
+        source=edit(A, "padding_mask", ("[:, None, :]  # (B, 1, T)", "  # (B, T)")),
+        must_fail=("test_padding_mask",), hint="(B, 1, T)", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -264,28 +284,28 @@ _HEAD_INIT = '''class SelfAttentionHead(nn.Module):
 MISTAKES += [
     # -- bilinear_scores ---------------------------------------------------------------------
     Mistake(
-        id="bilinear_no_W", cell="bilinear_scores",
+        id="bilinear_no_W", cell="bilinear_scores", label="bilinear score ignores W",
         description="bilinear score computed as the plain dot product q k^T, ignoring W",
         source='''def bilinear_scores(q, k, W):
     return q @ k.transpose(-2, -1)
 ''',
         must_fail=_BIL, hint="W has shape (dq, dk)"),
     Mistake(
-        id="bilinear_W_transposed", cell="bilinear_scores",
+        id="bilinear_W_transposed", cell="bilinear_scores", label="bilinear W transposed",
         description="bilinear score with W transposed (q W^T k): only runs when dq == dk, then wrong",
         source='''def bilinear_scores(q, k, W):
     return q @ W.T @ k.transpose(-2, -1)
 ''',
         must_fail=_BIL, hint="W transposed"),
     Mistake(
-        id="bilinear_k_first", cell="bilinear_scores",
+        id="bilinear_k_first", cell="bilinear_scores", label="bilinear scores transposed",
         description="scores built from the keys' side, k W^T q^T: the (Tk, Tq) transpose of the answer",
         source='''def bilinear_scores(q, k, W):
     return (k @ W.T) @ q.transpose(-2, -1)
 ''',
         must_fail=_BIL, hint="transposed"),
     Mistake(
-        id="bilinear_scaled", cell="bilinear_scores",
+        id="bilinear_scaled", cell="bilinear_scores", label="bilinear scores scaled by sqrt(d)",
         description="bilinear scores divided by sqrt(d), which the formula does not have",
         source='''def bilinear_scores(q, k, W):
     return (q @ W) @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
@@ -300,7 +320,7 @@ MISTAKES += [
         must_fail=_BIL, hint="k.T"),
     # -- additive_scores ---------------------------------------------------------------------
     Mistake(
-        id="additive_W_swapped", cell="additive_scores",
+        id="additive_W_swapped", cell="additive_scores", label="additive W1 and W2 swapped",
         description="additive score with W1 applied to the queries and W2 to the keys",
         source='''def additive_scores(q, k, W1, W2, w):
     hidden = torch.tanh((q @ W1.T).unsqueeze(-2) + (k @ W2.T).unsqueeze(-3))
@@ -308,28 +328,28 @@ MISTAKES += [
 ''',
         must_fail=_ADD, hint="W1 and W2 swapped"),
     Mistake(
-        id="additive_no_tanh", cell="additive_scores",
+        id="additive_no_tanh", cell="additive_scores", label="additive score without tanh",
         description="additive score without the tanh (a linear score)",
         source='''def additive_scores(q, k, W1, W2, w):
     return ((q @ W2.T).unsqueeze(-2) + (k @ W1.T).unsqueeze(-3)) @ w
 ''',
         must_fail=("test_additive_values",), hint="without tanh"),
     Mistake(
-        id="additive_pairs_by_position", cell="additive_scores",
+        id="additive_pairs_by_position", cell="additive_scores", label="additive: query i meets only key i",
         description="query i only meets key i (no broadcasting to all pairs)",
         source='''def additive_scores(q, k, W1, W2, w):
     return torch.tanh(k @ W1.T + q @ W2.T) @ w
 ''',
         must_fail=_ADD, hint="every query meets every key"),
     Mistake(
-        id="additive_sum_not_w", cell="additive_scores",
+        id="additive_sum_not_w", cell="additive_scores", label="additive: sum instead of w",
         description="sums the hidden units instead of the dot product with w",
         source='''def additive_scores(q, k, W1, W2, w):
     return torch.tanh((q @ W2.T)[..., :, None, :] + (k @ W1.T)[..., None, :, :]).sum(-1)
 ''',
         must_fail=("test_additive_values",), hint="sum over the hidden units"),
     Mistake(
-        id="additive_softmax", cell="additive_scores",
+        id="additive_softmax", cell="additive_scores", label="additive returns weights",
         description="returns softmax weights instead of the scores",
         source='''def additive_scores(q, k, W1, W2, w):
     hidden = torch.tanh((q @ W2.T).unsqueeze(-2) + (k @ W1.T).unsqueeze(-3))
@@ -338,7 +358,7 @@ MISTAKES += [
         must_fail=("test_additive_values",), hint="not the weights"),
     # -- einsum_attention --------------------------------------------------------------------
     Mistake(
-        id="einsum_uses_matmul", cell="einsum_attention",
+        id="einsum_uses_matmul", cell="einsum_attention", label="einsum_attention uses @",
         description="einsum_attention written with @ (the exercise asks for einsum only)",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -349,14 +369,14 @@ MISTAKES += [
 ''',
         must_fail=_EIN, hint="off limits"),
     Mistake(
-        id="einsum_calls_sdpa", cell="einsum_attention",
+        id="einsum_calls_sdpa", cell="einsum_attention", label="einsum_attention calls sdpa",
         description="einsum_attention delegating to the scaled_dot_product_attention written above (which uses @)",
         source='''def einsum_attention(q, k, v, mask=None):
     return scaled_dot_product_attention(q, k, v, mask)
 ''',
         must_fail=_EIN, hint="off limits"),
     Mistake(
-        id="einsum_no_scaling", cell="einsum_attention",
+        id="einsum_no_scaling", cell="einsum_attention", label="einsum: no sqrt(d) scaling",
         description="einsum attention without the 1/sqrt(d) scaling",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k)
@@ -367,7 +387,7 @@ MISTAKES += [
 ''',
         must_fail=_EIN, hint="no scaling"),
     Mistake(
-        id="einsum_scale_dv", cell="einsum_attention",
+        id="einsum_scale_dv", cell="einsum_attention", label="einsum: scaled by sqrt(dv)",
         description="scales by sqrt of the value width dv instead of the query/key width d",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(v.shape[-1])
@@ -378,7 +398,7 @@ MISTAKES += [
 ''',
         must_fail=("test_einsum_values", "test_einsum_batch_dims"), hint="sqrt(dv)"),
     Mistake(
-        id="einsum_no_ellipsis", cell="einsum_attention",
+        id="einsum_no_ellipsis", cell="einsum_attention", label="einsum without '...'",
         description="einsum with a fixed batch letter ('bqd,bkd->bqk'): only works for 3-d inputs",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(q.shape[-1])
@@ -387,9 +407,9 @@ MISTAKES += [
     weights = torch.softmax(scores, dim=-1)
     return torch.einsum("bqk,bkv->bqv", weights, v), weights
 ''',
-        must_fail=("test_einsum_batch_dims",), hint="'...'"),
+        must_fail=("test_einsum_batch_dims",), hint="'...'", visible=True),
     Mistake(
-        id="einsum_mask_after_softmax", cell="einsum_attention",
+        id="einsum_mask_after_softmax", cell="einsum_attention", label="einsum: mask after the softmax",
         description="mask applied to the weights after the softmax",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
@@ -400,7 +420,7 @@ MISTAKES += [
 ''',
         must_fail=("test_einsum_mask",), hint="after the softmax"),
     Mistake(
-        id="einsum_mask_inverted", cell="einsum_attention",
+        id="einsum_mask_inverted", cell="einsum_attention", label="einsum: mask inverted",
         description="mask used the other way round (fills where mask is True)",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
@@ -411,7 +431,7 @@ MISTAKES += [
 ''',
         must_fail=("test_einsum_mask",), hint="inverted"),
     Mistake(
-        id="einsum_values_summed_wrong", cell="einsum_attention",
+        id="einsum_values_summed_wrong", cell="einsum_attention", label="einsum sums over the queries",
         description="second einsum sums over the queries ('...qk,...qv->...kv') instead of the keys",
         source='''def einsum_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
@@ -423,7 +443,7 @@ MISTAKES += [
         must_fail=_EIN, hint="the key axis"),
     # -- SelfAttentionHead -------------------------------------------------------------------
     Mistake(
-        id="head_with_bias", cell="SelfAttentionHead",
+        id="head_with_bias", cell="SelfAttentionHead", label="head projections with a bias",
         description="projections with a bias (nn.Linear's default)",
         source='''class SelfAttentionHead(nn.Module):
     def __init__(self, d_model, d_head):
@@ -442,7 +462,7 @@ MISTAKES += [
 ''',
         must_fail=("test_head_structure", "test_head_forward", "test_head_mask"), hint="has a bias"),
     Mistake(
-        id="head_scale_d_model", cell="SelfAttentionHead",
+        id="head_scale_d_model", cell="SelfAttentionHead", label="head scaled by sqrt(d_model)",
         description="scores divided by sqrt(d_model) instead of sqrt(d_head)",
         source=_HEAD_INIT.replace("self.d_head = d_head", "self.d_head, self.d_model = d_head, d_model") + '''
     def forward(self, x, mask=None):
@@ -454,7 +474,7 @@ MISTAKES += [
 ''',
         must_fail=_HEAD_VALUES, hint="sqrt(d_model)"),
     Mistake(
-        id="head_values_are_x", cell="SelfAttentionHead",
+        id="head_values_are_x", cell="SelfAttentionHead", label="head averages x, not values",
         description="averages the inputs x instead of the values W_v(x)",
         source=_HEAD_INIT + '''
     def forward(self, x, mask=None):
@@ -466,7 +486,7 @@ MISTAKES += [
 ''',
         must_fail=_HEAD_VALUES, hint="VALUES"),
     Mistake(
-        id="head_ignores_mask", cell="SelfAttentionHead",
+        id="head_ignores_mask", cell="SelfAttentionHead", label="head ignores the mask",
         description="forward accepts a mask but never applies it",
         source=_HEAD_INIT + '''
     def forward(self, x, mask=None):
@@ -476,7 +496,7 @@ MISTAKES += [
 ''',
         must_fail=("test_head_mask",), hint="mask ignored"),
     Mistake(
-        id="head_keys_from_W_q", cell="SelfAttentionHead",
+        id="head_keys_from_W_q", cell="SelfAttentionHead", label="keys computed with W_q",
         description="keys computed with W_q (one matrix for two roles): symmetric scores",
         source=_HEAD_INIT + '''
     def forward(self, x, mask=None):
@@ -488,13 +508,30 @@ MISTAKES += [
 ''',
         must_fail=_HEAD_VALUES, hint="keys computed with W_q"),
     Mistake(
-        id="head_returns_weights_too", cell="SelfAttentionHead",
+        id="head_returns_weights_too", cell="SelfAttentionHead", label="head returns (out, weights)",
         description="forward returns (out, weights) instead of only out",
         source=_HEAD_INIT + '''
     def forward(self, x, mask=None):
         return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
 ''',
         must_fail=_HEAD_VALUES, hint="returns only the output"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="bilinear_bmm_3d_only", cell="bilinear_scores",
+        description="torch.bmm and transpose(1, 2): right for (B, T, d) inputs only",
+        source=edit(A, "bilinear_scores", ("return (q @ W) @ k.transpose(-2, -1)", "return torch.bmm(q @ W, k.transpose(1, 2))")),
+        must_fail=_BIL, hint="only for 3-D inputs", visible=True),
+    Mistake(
+        id="additive_axes_from_the_front", cell="additive_scores",
+        description="unsqueeze(1) and unsqueeze(2) counted from the front: right for (B, T, d) inputs only",
+        source=edit(A, "additive_scores", ("(k @ W1.T).unsqueeze(-3)", "(k @ W1.T).unsqueeze(1)"),
+                    ("(q @ W2.T).unsqueeze(-2)", "(q @ W2.T).unsqueeze(2)")),
+        must_fail=_ADD, hint="only for 3-D inputs", visible=True),
+    Mistake(
+        id="head_mask_gets_batch_axis", cell="SelfAttentionHead",
+        description="adds a batch axis to the mask (mask[None]): right for a (T, T) causal mask only",
+        source=edit(A, "SelfAttentionHead", ("scores.masked_fill(~mask,", "scores.masked_fill(~mask[None],")),
+        must_fail=("test_head_mask",), hint="as it is", visible=True),
 ]
 
 ALTERNATIVES += [
@@ -549,4 +586,10 @@ ALTERNATIVES += [
         return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)
 ''',
         }),
+    Alternative(
+        id="warnings_torch_range_mask",
+        description="causal mask compared from torch.range positions (deprecated: torch warns on every call): "
+                    "correct, so full marks, warnings or not",
+        cells={"causal_mask": edit(A, "causal_mask", ("return torch.ones(T, T, dtype=torch.bool).tril()",
+                                                      "return torch.range(0, T - 1)[None, :] <= torch.range(0, T - 1)[:, None]"))}),
 ]

@@ -4,7 +4,9 @@ The MultiHeadAttention mistakes are written as one-line edits of a correct class
 the way they happen in practice: everything else right, one line wrong.
 """
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "05_multi_head_attention"
 
 _MHA_ALL = ("test_mha_self", "test_mha_weights", "test_mha_mask", "test_mha_cross", "test_from_torch")
 
@@ -67,7 +69,8 @@ MISTAKES = [
     B, T, D = x.shape
     return x.view(B, T, n_heads, D // n_heads)
 ''',
-        must_fail=("test_split_heads_shape", "test_split_heads_values") + _MHA_ALL, hint="transpose(1, 2)"),
+        must_fail=("test_split_heads_shape", "test_split_heads_values") + _MHA_ALL, hint="transpose(1, 2)",
+        visible=True),
     Mistake(
         id="merge_without_transpose", cell="merge_heads",
         description="merge_heads reshapes (B, H, T, Dh) directly to (B, T, D) without transposing back first",
@@ -92,7 +95,7 @@ MISTAKES = [
     B, H, T, Dh = x.shape
     return x.transpose(1, 2).view(B, T, H * Dh)
 ''',
-        must_fail=("test_merge_heads",) + _MHA_ALL, hint=".reshape("),
+        must_fail=("test_merge_heads",) + _MHA_ALL, hint=".reshape(", visible=True),
     # -- MultiHeadAttention ------------------------------------------------------------------
     Mistake(
         id="scale_sqrt_d", cell="MultiHeadAttention",
@@ -116,7 +119,7 @@ MISTAKES = [
                     "(B, 1, 1, S) padding mask no longer lines up with (B, H, T, S)",
         source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
                     'scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))'),
-        must_fail=("test_mha_mask",), hint="broadcast"),
+        must_fail=("test_mha_mask", "test_mha_weights", "test_mha_cross"), hint="broadcast", visible=True),
     Mistake(
         id="mask_wrong_axis", cell="MultiHeadAttention",
         description="the mask transposed (applied to the query axis instead of the key axis)",
@@ -198,7 +201,7 @@ MISTAKES = [
     Mistake(
         id="from_torch_ignores_bias_flag", cell="from_torch",
         description="from_torch always builds a module with biases, so a bias-free nn.MultiheadAttention gets "
-                    "random biases added (only the hidden test, which includes bias=False, catches it)",
+                    "random biases added",
         source='''def from_torch(mha):
     ours = MultiHeadAttention(mha.embed_dim, mha.num_heads)
     with torch.no_grad():
@@ -209,7 +212,7 @@ MISTAKES = [
             ours.W_o.bias.copy_(mha.out_proj.bias)
     return ours
 ''',
-        must_fail=("test_from_torch",), hint=None),
+        must_fail=("test_from_torch",), hint="has no biases", visible=True),
     Mistake(
         id="from_torch_forgets_biases", cell="from_torch",
         description="from_torch copies the weight matrices but not the biases",
@@ -221,6 +224,27 @@ MISTAKES = [
     return ours
 ''',
         must_fail=("test_from_torch",), hint="biases were not copied"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="forward_needs_bias", cell="MultiHeadAttention",
+        description="forward slices W_qkv.bias without checking for None: right with bias=True, fails with bias=False",
+        source=edit(A, "MultiHeadAttention", (
+            """        if kv is None:                                         # self-attention
+            q, k, v = self.W_qkv(x).split(D, dim=-1)           # 3 x (B, T, D)
+        else:                                                  # cross-attention
+            W, b = self.W_qkv.weight, self.W_qkv.bias
+            q = F.linear(x, W[:D], None if b is None else b[:D])                            # (B, T, D)
+            k, v = F.linear(kv, W[D:], None if b is None else b[D:]).split(D, dim=-1)       # 2 x (B, S, D)""",
+            """        W, b = self.W_qkv.weight, self.W_qkv.bias
+        src = x if kv is None else kv
+        q = F.linear(x, W[:D], b[:D])                                  # (B, T, D)
+        k, v = F.linear(src, W[D:], b[D:]).split(D, dim=-1)            # 2 x (B, S, D)""")),
+        must_fail=("test_mha_self", "test_from_torch"), hint="bias=False", visible=True),
+    Mistake(
+        id="param_count_math_pow", cell="mha_param_count",
+        description="counts with math.pow, which returns a float: the right number, but not an integer",
+        source=edit(A, "mha_param_count", ("4 * d_model * d_model", "4 * math.pow(d_model, 2)")),
+        must_fail=("test_mha_param_count",), hint="float", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -319,5 +343,16 @@ ALTERNATIVES = [
         self.last_weights = torch.stack(ws, dim=1).detach()
         return self.W_o(torch.cat(outs, dim=-1))
 ''',
+        }),
+    Alternative(
+        id="warnings_last_weights_with_graph",
+        description="keeps last_weights without .detach() (the graph stays attached: torch warns when such a "
+                    "tensor is turned into a number) and copies weights with torch.tensor(tensor) (torch warns "
+                    "to use clone): correct, so full marks, warnings or not",
+        cells={
+            "MultiHeadAttention": edit(A, "MultiHeadAttention",
+                                       ("self.last_weights = weights.detach()", "self.last_weights = weights")),
+            "from_torch": edit(A, "from_torch", ("ours.W_qkv.weight.copy_(mha.in_proj_weight)",
+                                                 "ours.W_qkv.weight.copy_(torch.tensor(mha.in_proj_weight))")),
         }),
 ]

@@ -1,7 +1,9 @@
 """Misconception catalog for exercise 06 (positions, LayerNorm, feed-forward, the block,
 parameter counts, loading nn.TransformerEncoderLayer)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "06_transformer_block"
 
 _PE = ("test_sinusoidal_shape", "test_sinusoidal_values")
 _BLOCK_ALL = ("test_block_pre_ln", "test_block_post_ln", "test_block_mask")
@@ -241,7 +243,7 @@ MISTAKES = [
     def forward(self, x):
         return self.net(x)
 ''',
-        must_fail=("test_feedforward_structure",), hint="Dropout"),
+        must_fail=("test_feedforward_structure",), hint="Dropout", visible=True),
     # -- TransformerBlock --------------------------------------------------------------------
     Mistake(
         id="block_residual_after_norm", cell="TransformerBlock",
@@ -324,7 +326,7 @@ MISTAKES = [
     D = d_model
     return 3 * D * D + (3 * D if bias else 0) + 2 * D * d_ff + (d_ff + D if bias else 0) + 4 * D
 ''',
-        must_fail=("test_block_param_count",), hint=None),
+        must_fail=("test_block_param_count",), hint="W_o forgotten"),
     Mistake(
         id="count_bias_false_drops_layernorm_bias", cell="block_param_count",
         description="bias=False also removes the LayerNorm biases",
@@ -390,6 +392,46 @@ MISTAKES = [
     return block
 ''',
         must_fail=_LOADER, hint="LayerNorm weights were not copied"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="pe_with_batch_axis", cell="sinusoidal_positions",
+        description="returns the table with a batch axis, (1, T, d_model), ready to add to (B, T, D) embeddings",
+        source=edit(A, "sinusoidal_positions", ("    return pe\n", "    return pe.unsqueeze(0)\n")),
+        must_fail=_PE, hint="one row per position", visible=True),
+    Mistake(
+        id="ln_fixed_eps", cell="LayerNorm",
+        description="forward uses 1e-5 whatever eps the layer was built with",
+        source=edit(A, "LayerNorm", ("torch.sqrt(var + self.eps)", "torch.sqrt(var + 1e-5)")),
+        must_fail=("test_layernorm_eps",), hint="ignores its eps argument", visible=True),
+    Mistake(
+        id="ln_dim_2", cell="LayerNorm",
+        description="statistics over dim=2: the features of a (B, T, d) input only, wrong for other shapes",
+        source=edit(A, "LayerNorm", ("x.mean(dim=-1, keepdim=True)", "x.mean(dim=2, keepdim=True)"),
+                    ("x.var(dim=-1, keepdim=True, unbiased=False)", "x.var(dim=2, keepdim=True, unbiased=False)")),
+        must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="dim=-1", visible=True),
+    Mistake(
+        id="ff_width_4_d_model", cell="FeedForward",
+        description="hidden width fixed at 4 * d_model (the usual value) instead of the d_ff argument",
+        source=edit(A, "FeedForward", ("nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)",
+                                       "nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model)")),
+        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff",
+        visible=True),
+    Mistake(
+        id="block_fixed_heads", cell="TransformerBlock",
+        description="the attention always gets 4 heads, whatever n_heads says",
+        source=edit(A, "TransformerBlock", ("MultiHeadAttention(d_model, n_heads)", "MultiHeadAttention(d_model, 4)")),
+        must_fail=_BLOCK_ALL + _LOADER, hint="n_heads", visible=True),
+    Mistake(
+        id="count_math_pow", cell="block_param_count",
+        description="counts with math.pow, which returns a float: the right number, but not an integer",
+        source=edit(A, "block_param_count", ("attention = 4 * D * D", "attention = 4 * math.pow(D, 2)")),
+        must_fail=("test_block_param_count",), hint="float", visible=True),
+    Mistake(
+        id="loader_fixed_heads", cell="from_torch_encoder_layer",
+        description="builds the block with 4 heads instead of reading layer.self_attn.num_heads",
+        source=edit(A, "from_torch_encoder_layer", ("TransformerBlock(sa.embed_dim, sa.num_heads,",
+                                                    "TransformerBlock(sa.embed_dim, 4,")),
+        must_fail=_LOADER, hint="num_heads", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -497,4 +539,10 @@ class TransformerBlock(nn.Module):
         return self.sublayers[1](x)
 ''',
         }),
+    Alternative(
+        id="warnings_torch_range",
+        description="positions from torch.range (deprecated: torch warns on every call): correct, so full "
+                    "marks, warnings or not",
+        cells={"sinusoidal_positions": edit(A, "sinusoidal_positions", ("torch.arange(T, dtype=torch.float32)[:, None]",
+                                                                         "torch.range(0, T - 1)[:, None]"))}),
 ]

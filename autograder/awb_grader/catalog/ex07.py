@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 07 (decoder block, seq2seq model, greedy decoding)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "07_encoder_decoder"
 
 _DEC_INIT = '''class DecoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.0):
@@ -250,6 +252,43 @@ MISTAKES = [
     return ys
 ''',
         must_fail=("test_greedy_batch",), hint="max_len"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="decoder_masks_required", cell="DecoderBlock",
+        description="uses self_mask and memory_mask without checking for None: right with padding masks only",
+        source=edit(A, "DecoderBlock",
+                    ("""        if self_mask is not None:
+            mask = mask & self_mask[:, None, None, :]""", """        mask = mask & self_mask[:, None, None, :]"""),
+                    ("mem = None if memory_mask is None else memory_mask[:, None, None, :]",
+                     "mem = memory_mask[:, None, None, :]")),
+        must_fail=("test_decoder_shapes", "test_decoder_values", "test_decoder_causal", "test_decoder_masks"),
+        hint="optional", visible=True),
+    Mistake(
+        id="decoder_fixed_heads", cell="DecoderBlock",
+        description="both attentions always get 4 heads, whatever n_heads says",
+        source=edit(A, "DecoderBlock", ("""        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads)""", """        self.self_attn = MultiHeadAttention(d_model, 4)
+        self.cross_attn = MultiHeadAttention(d_model, 4)""")),
+        must_fail=("test_decoder_shapes", "test_decoder_values", "test_decoder_causal", "test_decoder_masks",
+                   "test_seq2seq_shapes", "test_seq2seq_causal", "test_seq2seq_source", "test_seq2seq_padding"),
+        hint="n_heads", visible=True),
+    Mistake(
+        id="s2s_pad_is_zero", cell="Seq2SeqTransformer",
+        description="masks the token id 0 as padding instead of the pad_id the model was built with",
+        source=edit(A, "Seq2SeqTransformer", ("src != self.pad_id, tgt != self.pad_id", "src != 0, tgt != 0")),
+        must_fail=("test_seq2seq_padding",), hint="pad_id", visible=True),
+    Mistake(
+        id="greedy_one_sequence_only", cell="greedy_decode",
+        description="reads the next token with .item(): right for a batch of one sequence only",
+        source=edit(A, "greedy_decode",
+                    ("""            next_tok = model(src, ys)[:, -1].argmax(dim=-1)                       # (B,)
+            next_tok = next_tok.masked_fill(finished, eos_id)
+            ys = torch.cat([ys, next_tok[:, None]], dim=1)
+            finished = finished | (next_tok == eos_id)""",
+                     """            tok = eos_id if bool(finished) else model(src, ys)[:, -1].argmax(dim=-1).item()
+            ys = torch.cat([ys, torch.tensor([[tok]])], dim=1)
+            finished = finished | (tok == eos_id)""")),
+        must_fail=("test_greedy_batch", "test_greedy_last_position"), hint="batch", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -365,4 +404,10 @@ class DecoderBlock(nn.Module):
         return self.steps[2](x)
 ''',
         }),
+    Alternative(
+        id="warnings_tensor_copies",
+        description="greedy decoding that re-wraps tensors with torch.tensor(tensor) (torch warns to use clone): "
+                    "correct, so full marks, warnings or not",
+        cells={"greedy_decode": edit(A, "greedy_decode", ("ys = torch.cat([ys, next_tok[:, None]], dim=1)",
+                                                          "ys = torch.cat([ys, torch.tensor(next_tok)[:, None]], dim=1)"))}),
 ]

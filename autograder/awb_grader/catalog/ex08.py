@@ -1,6 +1,8 @@
 """Misconception catalog for exercise 08 (get_batch, lr_at, GPT, generate)."""
 
-from . import Alternative, Mistake
+from . import Alternative, Mistake, edit
+
+A = "08_train_a_gpt"
 
 _GPT_HEAD = '''class GPT(nn.Module):
     def __init__(self, vocab_size, block_size, n_layer, n_head, d_model, dropout=0.0):
@@ -206,6 +208,37 @@ MISTAKES = [
         description="samples with the global random state: text is not reproducible from a seed",
         source=_generate().replace("num_samples=1, generator=generator", "num_samples=1"),
         must_fail=("test_generate_basics",), hint="pass the generator on"),
+    # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
+    Mistake(
+        id="batch_own_generator", cell="get_batch",
+        description="draws the starts from a generator it seeds itself: reproducible, but blind to the seed given",
+        source=edit(A, "get_batch", ("generator=generator)", "generator=torch.Generator().manual_seed(0))")),
+        must_fail=("test_get_batch_random",), hint="generator you are given", visible=True),
+    Mistake(
+        id="warmup_zero_division", cell="lr_at",
+        description="computes the warmup fraction before the test: divides by zero when warmup_steps is 0",
+        source=edit(A, "lr_at", ("""    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps""", """    warm = (step + 1) / warmup_steps
+    if step < warmup_steps:
+        return max_lr * warm""")),
+        must_fail=("test_lr_at_cosine",), hint="divides by zero", visible=True),
+    Mistake(
+        id="gpt_vocab_65", cell="GPT",
+        description="embedding and output layer built for 65 characters (tiny-shakespeare) whatever vocab_size says",
+        source=edit(A, "GPT", ("nn.Embedding(vocab_size, d_model)", "nn.Embedding(65, d_model)"),
+                    ("nn.Linear(d_model, vocab_size, bias=False)", "nn.Linear(d_model, 65, bias=False)")),
+        must_fail=("test_gpt_forward", "test_gpt_positions_tying"), hint="vocab_size", visible=True),
+    Mistake(
+        id="gpt_all_positions", cell="GPT",
+        description="adds all block_size position vectors: right only for T == block_size",
+        source=edit(A, "GPT", ("self.pos_emb(torch.arange(T, device=idx.device))", "self.pos_emb.weight")),
+        must_fail=("test_gpt_forward", "test_gpt_positions_tying"), hint="positions 0..T-1", visible=True),
+    Mistake(
+        id="generate_one_prompt", cell="generate",
+        description="samples from the first row's probabilities only: right for a single prompt (B = 1)",
+        source=edit(A, "generate", ("torch.multinomial(probs, num_samples=1, generator=generator)",
+                                    "torch.multinomial(probs[0], num_samples=1, generator=generator)[None]")),
+        must_fail=("test_generate_basics", "test_generate_sampling"), hint="batch", visible=True),
 ]
 
 ALTERNATIVES = [
@@ -273,4 +306,14 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=
 ''',
         },
     ),
+    Alternative(
+        id="warnings_tensor_copies_and_implicit_dim",
+        description="get_batch that copies windows with torch.tensor(tensor) and generate with a softmax "
+                    "whose dim is left implicit (torch warns about both; on 2-D logits the implicit dim is the "
+                    "last one): correct, so full marks, warnings or not",
+        cells={
+            "get_batch": edit(A, "get_batch", ("torch.stack([data[i:i + block_size] for i in starts.tolist()])",
+                                               "torch.stack([torch.tensor(data[i:i + block_size]) for i in starts.tolist()])")),
+            "generate": edit(A, "generate", ("probs = F.softmax(logits, dim=-1)", "probs = F.softmax(logits)")),
+        }),
 ]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from attention_workbook.checks.core import CheckFailed, close, max_abs_diff
+from attention_workbook.checks.core import CheckFailed, as_int, close, guard, max_abs_diff
 from attention_workbook.checks.core import call as _call
 
-__all__ = ["CheckFailed", "call", "close", "max_abs_diff", "rng", "randint", "own_code", "fail_values"]
+__all__ = ["CheckFailed", "as_int", "call", "close", "guard", "max_abs_diff", "rng", "randint", "own_code",
+           "fail_values"]
 
 
 def call(fn, *args, name: str | None = None, **kwargs):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._base import CheckFailed, call, close, fail_values, own_code, randint, rng
+from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
 
@@ -82,3 +82,6 @@ def softmax_values(softmax_self_attention) -> None:
 
 def softmax_batch(softmax_self_attention) -> None:
     _grade(softmax_self_attention, "softmax_self_attention", _softmax_oracle, 306, batched=True, scale=1.5)
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)

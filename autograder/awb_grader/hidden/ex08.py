@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from attention_workbook.checks.ex08 import single_threaded
 
 from . import _adapter as A
-from ._base import CheckFailed, call, close, own_code, randint, rng
+from ._base import guard, CheckFailed, call, close, own_code, randint, rng
 
 
 # ----------------------------------------------------------------------------------------
@@ -120,6 +120,9 @@ def lr_at_cosine(lr_at) -> None:
         lo = hi * randint(g, 0, 5) / 10
         for step in sorted({W, M - 1, M, M + randint(g, 1, 1000), randint(g, W, M), randint(g, W, M)}):
             _lr_case(lr_at, step, W, M, hi, lo)
+    M = randint(g, 2, 800)   # warmup_steps = 0: no warmup (the text states it), the cosine starts at step 0
+    for step in (0, randint(g, 1, M - 1), M, M + 1):
+        _lr_case(lr_at, step, 0, M, 3e-4, 3e-5)
 
 
 # ----------------------------------------------------------------------------------------
@@ -202,7 +205,7 @@ def gpt_positions_and_tying(GPT) -> None:
         V, D, T = cfg["vocab_size"], cfg["d_model"], cfg["block_size"]
         model = _build(GPT, cfg, seed=20 + case)
         tok = randint(g, 0, V - 1)
-        logits, _ = _fwd(model, torch.full((1, T), tok, dtype=torch.long))
+        logits, _ = _fwd(model, torch.full((1, T - 2), tok, dtype=torch.long))   # shorter than block_size
         if (logits[0, 1:] - logits[0, :1]).abs().max().item() < 1e-6:
             raise CheckFailed("hidden test: identical tokens give identical logits at every position "
                               "(no position information)", details=[f"case: {cfg}"])
@@ -316,3 +319,6 @@ def generate_sampling(generate) -> None:
             raise CheckFailed("hidden test: sampled frequencies differ from softmax(top-k(logits) / temperature)",
                               details=[f"case: vocab {V}, temperature {temp}, top_k {k}; {N} samples, "
                                        f"tolerance 0.02 absolute"])
+
+
+guard(globals())  # every check records warnings instead of printing them (core.guard)
