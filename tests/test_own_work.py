@@ -80,6 +80,15 @@ FORMS = {
                "def split_heads(x, n_heads):\n    return _h(x, n_heads)\n", "uses attention_workbook.mha.split_heads"),
     "import_as_graded_name": ("mha_param_count", "from attention_workbook.mha import mha_param_count\n",
                               "is attention_workbook.mha.mha_param_count"),
+    "importlib": ("merge_heads", "import importlib\n\ndef merge_heads(x):\n"
+                  "    return importlib.import_module('attention_workbook.mha').merge_heads(x)\n",
+                  "uses attention_workbook.mha.merge_heads"),
+    "sys_modules": ("split_heads", "import sys\n\ndef split_heads(x, n_heads):\n"
+                    "    return sys.modules['attention_workbook.mha'].split_heads(x, n_heads)\n",
+                    "uses attention_workbook.mha.split_heads"),
+    "dunder_import": ("mha_param_count", "def mha_param_count(d_model, bias=True):\n"
+                      "    return __import__('attention_workbook.mha', fromlist=['x']).mha_param_count(d_model, bias)\n",
+                      "uses attention_workbook.mha.mha_param_count"),
     "attention_core": ("MultiHeadAttention", "class MultiHeadAttention(nn.Module):\n    def forward(self, x):\n"
                        "        from attention_workbook.mha import attention\n        return attention(x, x, x)[0]\n",
                        "uses attention_workbook.mha.attention"),

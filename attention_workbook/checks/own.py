@@ -2,8 +2,8 @@
 
 Every student installs this package, and it holds the reference implementation of nearly
 every graded item (``qkv``, ``mha``, ``blocks``, ``gpt``, ...). Delegating a graded item to
-one (subclassing it, calling it, importing it under another name, ``getattr`` on its module)
-earns no points. What an exercise *provides* on purpose (the earlier exercises' answers its
+one (subclassing it, calling it, importing it under another name, ``getattr`` on its module,
+fetching its module by name with importlib, ``__import__`` or ``sys.modules``) earns no points. What an exercise *provides* on purpose (the earlier exercises' answers its
 import cell loads, e.g. 06's ``MultiHeadAttention``) stays allowed: :data:`EXERCISES` says,
 per exercise, which names are graded and which package objects are provided.
 
@@ -78,6 +78,14 @@ def _code_objects(code):
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             yield from _code_objects(c)
+
+
+def _named_modules(code):
+    """Package modules a code object names in a constant string ("attention_workbook.mha" for
+    importlib.import_module, __import__ or sys.modules[...]): fetched by name at run time."""
+    for c in code.co_consts:
+        if isinstance(c, str) and _in_package(c) and c != PACKAGE and c in sys.modules:
+            yield sys.modules[c]
 
 
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"}
@@ -211,6 +219,11 @@ class _Finder:
         for d in (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values()):
             self.value(d)
         for code in _code_objects(f.__code__):
+            for mod in _named_modules(code):        # importlib.import_module("attention_workbook.mha").x
+                for attr in code.co_names:
+                    obj = getattr(mod, attr, None)
+                    if not isinstance(obj, (types.ModuleType, type(None))) and is_reference(obj, self.exercise):
+                        self.note("uses", obj)
             for opname, name, attrs, const in _chains(code):
                 if opname == "IMPORT":
                     v = sys.modules.get(name)

@@ -97,6 +97,10 @@ _DECODERS = {"b64decode", "b32decode", "b16decode", "b85decode", "a85decode", "u
 _ENCODING_MODULES = {"base64", "codecs", "binascii", "marshal", "zlib", "pickle", "importlib", "runpy"}
 
 
+def _const(node) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
 def obfuscation(source: str) -> list[str]:
     """What hides code from a reader: imports by computed names, encoded strings, code built at
     run time. None of it has a place in an answer cell of this workbook; where it appears the
@@ -124,7 +128,9 @@ def obfuscation(source: str) -> list[str]:
             fn = ast.unparse(node.func)
             last = fn.rsplit(".", 1)[-1]
             if fn in _DYNAMIC_IMPORT or last == "import_module":
-                add(node, f"imports a module by a computed name ({fn})")
+                name = _const(node.args[0]) if node.args else None
+                add(node, f"imports a module by name at run time ({fn}({name!r}))" if name is not None
+                          else f"imports a module by a computed name ({fn})")
             elif fn in _DYNAMIC_CODE:
                 add(node, f"runs code built at run time ({fn})")
             elif last in _DECODERS or fn in ("codecs.decode", "bytes.fromhex", "bytearray.fromhex"):

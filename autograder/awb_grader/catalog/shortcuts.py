@@ -8,6 +8,10 @@ item. Each entry below takes one shortcut in one of its forms:
 * ``delegation: wrapper``   the graded function calls the package's function;
 * ``delegation: alias``     the package's object imported under another name, then used;
 * ``delegation: getattr``   ``getattr(<package module>, "name")`` instead of an import;
+* ``delegation: importlib`` the package's module fetched with ``importlib.import_module``,
+                            ``__import__`` or ``sys.modules`` under its plain name;
+* ``delegation: composition`` the graded class is the student's own ``nn.Module`` that holds an
+                            instance of the package's class and forwards to it;
 * ``tampering: encoded``    nothing implemented; the check modules imported under base64-encoded
                             names (``importlib.import_module``) and their public functions
                             rebound with ``setattr`` (what makes checks pass in the kernel);
@@ -137,6 +141,26 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 '''}, _all_cells(_SOFTMAX, _SDPA, _HEAD), _TAMPER,
         "the package's attention fetched under base64-encoded names", in_kernel=False),
 
+    Shortcut("mask_importlib", A4, "delegation: importlib", {"causal_mask": '''import importlib
+
+_qkv = importlib.import_module("attention_workbook.qkv")
+
+
+def causal_mask(T):
+    return _qkv.causal_mask(T)
+'''}, ("test_causal_mask",), _REF, "causal_mask calls the package's, its module fetched with importlib"),
+    Shortcut("head_holds_reference", A4, "delegation: composition", {"SelfAttentionHead": '''from attention_workbook import mha
+
+
+class SelfAttentionHead(nn.Module):
+    def __init__(self, d_model, d_head):
+        super().__init__()
+        self.head = mha.Head(d_model, d_head, bias=False)
+
+    def forward(self, x, mask=None):
+        return self.head(x, x, mask)[0]
+'''}, _HEAD, _REF, "SelfAttentionHead is an nn.Module holding the package's Head and calling it"),
+
     # -- 05 ------------------------------------------------------------------------------------
     Shortcut("mha_subclasses_reference", A5, "delegation: subclass", {"MultiHeadAttention": '''import attention_workbook.mha
 
@@ -177,6 +201,31 @@ class MultiHeadAttention(_Base):
     pass
 '''}, _all_cells(_MHA, ("test_split_heads_shape", "test_from_torch")), _TAMPER,
         "MultiHeadAttention subclasses the package's class fetched under base64-encoded names", in_kernel=False),
+
+    Shortcut("merge_heads_importlib", A5, "delegation: importlib", {"merge_heads": '''import importlib
+
+
+def merge_heads(x):
+    return importlib.import_module("attention_workbook.mha").merge_heads(x)
+'''}, ("test_merge_heads",), _REF, "merge_heads calls the package's, fetched with importlib inside the function"),
+    Shortcut("from_torch_sys_modules", A5, "delegation: importlib", {"from_torch": '''import sys
+import attention_workbook.mha
+
+
+def from_torch(mha):
+    return sys.modules["attention_workbook.mha"].from_torch(mha)
+'''}, ("test_from_torch",), _REF, "from_torch calls the package's, its module read from sys.modules"),
+    Shortcut("mha_holds_reference", A5, "delegation: composition", {"MultiHeadAttention": '''from attention_workbook import mha as _ref
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.inner = _ref.MultiHeadAttention(d_model, n_heads, bias=bias)
+
+    def forward(self, x, kv=None, mask=None):
+        return self.inner(x, kv, mask)
+'''}, _MHA, _REF, "MultiHeadAttention is an nn.Module holding the package's and forwarding to it"),
 
     # -- 06 ------------------------------------------------------------------------------------
     Shortcut("layernorm_subclasses_reference", A6, "delegation: subclass", {"LayerNorm": '''import attention_workbook.blocks
@@ -219,6 +268,23 @@ class TransformerBlock(_Base):
     pass
 '''}, _all_cells(_BLOCK, _LN), _TAMPER,
         "TransformerBlock subclasses the package's block fetched under base64-encoded names", in_kernel=False),
+
+    Shortcut("param_count_dunder_import", A6, "delegation: importlib", {"block_param_count": '''def block_param_count(d_model, d_ff, bias=True):
+    blocks = __import__("attention_workbook.blocks", fromlist=["block_param_count"])
+    return blocks.block_param_count(d_model, d_ff, bias)
+'''}, ("test_block_param_count",), _REF, "block_param_count calls the package's, its module fetched with __import__"),
+    Shortcut("feedforward_holds_reference", A6, "delegation: composition", {"FeedForward": '''import attention_workbook.blocks as _blocks
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = _blocks.FeedForward(d_model, d_ff, dropout)
+
+    def forward(self, x):
+        return self.net(x)
+'''}, ("test_feedforward_structure", "test_feedforward_values"), _REF,
+        "FeedForward is an nn.Module holding the package's FeedForward and calling it"),
 
     # -- 07 ------------------------------------------------------------------------------------
     Shortcut("decoder_subclasses_reference", A7, "delegation: subclass", {"DecoderBlock": '''import attention_workbook.blocks
@@ -264,6 +330,26 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
 '''}, _all_cells(_GREEDY, _DEC), _TAMPER,
         "greedy_decode calls the package's function fetched under base64-encoded names", in_kernel=False),
 
+    Shortcut("decoder_importlib", A7, "delegation: importlib", {"DecoderBlock": '''import importlib
+
+
+class DecoderBlock(importlib.import_module("attention_workbook.blocks").DecoderBlock):
+    pass
+'''}, _DEC, _REF, "DecoderBlock subclasses the package's class, its module fetched with importlib"),
+    Shortcut("seq2seq_holds_reference", A7, "delegation: composition", {"Seq2SeqTransformer": '''from attention_workbook import blocks
+
+
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0):
+        super().__init__()
+        cfg = blocks.Seq2SeqConfig(src_vocab, tgt_vocab, d_model, n_heads, d_ff, n_layers, n_layers, max_len,
+                                   pad_id=pad_id)
+        self.model = blocks.Seq2SeqTransformer(cfg)
+
+    def forward(self, src, tgt):
+        return self.model(src, tgt)
+'''}, _S2S, _REF, "Seq2SeqTransformer is an nn.Module holding the package's model and forwarding to it"),
+
     # -- 08 ------------------------------------------------------------------------------------
     Shortcut("gpt_subclasses_reference", A8, "delegation: subclass", {"GPT": '''from attention_workbook import gpt as _gpt
 
@@ -304,8 +390,41 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=
     return _sample(model, idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
 '''}, _all_cells(_GEN, _LR, _GPT), _TAMPER,
         "generate calls the package's sampler fetched under base64-encoded names", in_kernel=False),
+    Shortcut("lr_at_importlib", A8, "delegation: importlib", {"lr_at": '''import importlib
+
+_schedule = getattr(importlib.import_module("attention_workbook.gpt"), "lr_at")
+
+
+def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    return _schedule(step, warmup_steps, max_steps, max_lr, min_lr)
+'''}, _LR, _REF, "lr_at calls the package's schedule fetched with importlib and getattr"),
+    Shortcut("gpt_holds_reference", A8, "delegation: composition", {"GPT": '''import attention_workbook.gpt
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, d_model, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.inner = attention_workbook.gpt.GPT(vocab_size, block_size, n_layer, n_head, d_model, dropout)
+
+    def forward(self, idx, targets=None):
+        return self.inner(idx, targets)
+'''}, _GPT, _REF, "GPT is an nn.Module holding the package's GPT and forwarding to it"),
 ]
 
 
 def shortcuts(assignment: str | None = None) -> list[Shortcut]:
     return [s for s in SHORTCUTS if assignment is None or s.assignment == assignment]
+
+
+COHORT = (A4, A5, A6, A7, A8)
+
+
+def contract_breaking(assignment: str | None = None) -> list[tuple[str, object]]:
+    """(assignment, mistake) for the catalogued contract-breaking mistakes (``visible=True``: right
+    on some of the inputs the text promises, wrong on others) of 04-08. ``tests/test_shortcuts.py``
+    grades them in the same cohort run as the shortcuts (sandbox on), so ``tests/test_catalog.py``
+    leaves them out."""
+    from . import mistakes
+
+    return [(a, m) for a in COHORT if assignment in (None, a) for m in mistakes(a) if m.visible]
