@@ -125,7 +125,7 @@ MISTAKES = [
         description="the mask transposed (applied to the query axis instead of the key axis)",
         source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
                     'scores = scores.masked_fill(~mask.transpose(-2, -1), float("-inf"))'),
-        must_fail=("test_mha_mask",), hint="wrong axis"),
+        must_fail=("test_mha_mask", "test_mha_weights", "test_mha_cross"), hint="wrong axis"),
     Mistake(
         id="softmax_query_axis", cell="MultiHeadAttention",
         description="softmax over the query axis (dim=-2) instead of the keys",

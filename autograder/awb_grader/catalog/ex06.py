@@ -103,7 +103,8 @@ MISTAKES = [
         var = x.var(dim=0, keepdim=True, unbiased=False)
         return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
 ''',
-        must_fail=("test_layernorm_values",), hint="dim=-1"),
+        must_fail=("test_layernorm_values", "test_layernorm_eps", "test_from_torch_post_ln", "test_from_torch_pre_ln"),
+        hint="dim=-1"),
     Mistake(
         id="ln_unbiased_variance", cell="LayerNorm",
         description="the unbiased variance (divides by d - 1), torch's default for .var()",
@@ -219,7 +220,7 @@ MISTAKES = [
     def forward(self, x):
         return self.net(x)
 ''',
-        must_fail=("test_feedforward_structure",), hint="d_ff"),
+        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff"),
     Mistake(
         id="ff_gelu", cell="FeedForward",
         description="GELU instead of the ReLU the exercise (and nn.TransformerEncoderLayer) uses",

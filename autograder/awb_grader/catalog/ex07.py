@@ -200,7 +200,7 @@ MISTAKES = [
                 break
     return ys
 ''',
-        must_fail=("test_greedy_batch",), hint="not every sequence"),
+        must_fail=("test_greedy_batch", "test_greedy_last_position"), hint="not every sequence"),
     Mistake(
         id="greedy_first_position_logits", cell="greedy_decode",
         description="reads the next token from the first position's logits",
