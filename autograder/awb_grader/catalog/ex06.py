@@ -220,7 +220,7 @@ MISTAKES = [
     def forward(self, x):
         return self.net(x)
 ''',
-        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff"),
+        must_fail=("test_feedforward_structure",) + _BLOCK_ALL + _LOADER, hint="d_ff"),
     Mistake(
         id="ff_gelu", cell="FeedForward",
         description="GELU instead of the ReLU the exercise (and nn.TransformerEncoderLayer) uses",
@@ -415,8 +415,7 @@ MISTAKES = [
         description="hidden width fixed at 4 * d_model (the usual value) instead of the d_ff argument",
         source=edit(A, "FeedForward", ("nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)",
                                        "nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model)")),
-        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff",
-        visible=True),
+        must_fail=("test_feedforward_structure",) + _BLOCK_ALL + _LOADER, hint="d_ff", visible=True),
     Mistake(
         id="block_fixed_heads", cell="TransformerBlock",
         description="the attention always gets 4 heads, whatever n_heads says",
