@@ -297,7 +297,7 @@ def run(exercise, namespace: dict | None = None, *, seed: int = DEFAULT_SEED, pr
     items = ITEMS[key]
     bar = None
     if progress:
-        from ..progress import tqdm
+        from ...progress import tqdm
         bar = tqdm(total=len(items), desc=f"battery {key[:2]}", delay=2, file=sys.stdout, leave=False)
     torch_threads = torch.get_num_threads()
     rng_state = torch.random.get_rng_state()
