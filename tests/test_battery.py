@@ -122,6 +122,21 @@ def test_battery_names_each_mistake(assignment, mistake, capfd):
     assert err == "", err
 
 
+ALL_ALTERNATIVES = [(a, alt) for a in assignments() for alt in catalog.alternatives(a)]
+
+
+@pytest.mark.parametrize("assignment,alt", ALL_ALTERNATIVES, ids=[f"{a[:2]}-{x.id}" for a, x in ALL_ALTERNATIVES])
+def test_correct_alternatives_earn_every_point(assignment, alt, capfd):
+    """Correct code written differently (einsum, loops, code that raises warnings) gets full marks."""
+    cells = {c for c, _ in _plain_and_answer_cells(assignment)}
+    unknown = set(alt.cells) - cells
+    assert not unknown, unknown
+    report = _run(assignment, namespace(assignment, alt.cells))
+    assert report.earned == report.total, report.table()
+    out, err = capfd.readouterr()
+    assert err == "", err
+
+
 def test_seeds_are_not_gradings():
     hidden = "\n".join(p.read_text() for p in (REPO / "autograder/awb_grader/hidden").glob("ex*.py"))
     grading = {int(s) for s in re.findall(r"rng\((\d+)\)", hidden)}
