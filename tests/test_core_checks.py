@@ -139,7 +139,7 @@ def test_every_reread_opens_its_lecture_section_locally_on_github_and_on_colab()
     for text in texts:
         links = core.reread_links(text)
         assert links, text
-        label, anchor = links["label"], links["local"].split("#")[1]
+        label, anchor = links["label"], links["local"].split("#cell-id=")[1]
         assert text.startswith(label) and label.startswith("lecture 0")
         lecture = (REPO / "exercises" / "04_queries_keys_values" / links["local"].split("#")[0]).resolve()
         assert lecture.is_file(), f"{links['local']} does not open a file from an exercise folder"
@@ -147,8 +147,9 @@ def test_every_reread_opens_its_lecture_section_locally_on_github_and_on_colab()
         assert links["github"] == f"{url}/blob/{release}/{rel}#{anchor}"
         assert links["colab"] == f"{config.colab_url(str(rel))}#scrollTo={anchor}"
         # the anchor is there, and Colab finds its cell: metadata.id == anchor (`make links`)
-        ids = {c.metadata.get("id") for c in nbformat.read(lecture, as_version=4).cells}
-        assert anchor in ids, f"{rel}: no cell with Colab id {anchor!r} (run `make links`)"
+        cells = [c for c in nbformat.read(lecture, as_version=4).cells if c.get("id") == anchor]
+        assert cells and cells[0].metadata.get("id") == anchor and f'<a id="{anchor}">' in cells[0].source, \
+            f"{rel}: no cell named {anchor!r} holding that anchor (run `make links`)"
     html = core.reread_html(texts[0])
     assert "Reread" in html and links["github"].split("/blob/")[0] in html and ">on Colab</a>" in html
     assert core.reread_links("the lecture on shapes") is None and core.reread_html("somewhere") is None

@@ -51,15 +51,16 @@ ANCHOR = re.compile(r'<a id="([A-Za-z0-9_-]+)"></a>')
 
 
 def _colab_section_ids(nb, path: Path) -> None:
-    """In a lecture, give each markdown cell that holds a section anchor (``<a id="scaling">``)
-    the Colab cell id ``metadata.id`` = the anchor, so a link ``...#scrollTo=scaling`` opens the
-    notebook on Colab at that section (a failed check's "Reread" links use it)."""
+    """In a lecture, name each markdown cell that holds a section anchor (``<a id="scaling">``)
+    after it, so a failed check's "Reread" links open the notebook at that section: the cell
+    id (JupyterLab: ``NB.ipynb#cell-id=scaling``) and the Colab cell id ``metadata.id``
+    (Colab: ``...#scrollTo=scaling``)."""
     if path.resolve().relative_to(ROOT).parts[0] != "lectures":
         return
     for cell in nb.cells:
         m = ANCHOR.search(cell.source) if cell.cell_type == "markdown" else None
         if m:
-            cell.metadata["id"] = m.group(1)
+            cell.id = cell.metadata["id"] = m.group(1)
         elif cell.metadata.get("id") and cell.cell_type == "markdown":
             del cell.metadata["id"]
 
