@@ -63,8 +63,6 @@ ITEMS: dict[str, list[Item]] = {
         Item("test_batched_outer_values", 1, "batched_outer_values", ("batched_outer",)),
         Item("test_einsum_matmul_2d", 2, "einsum_matmul_2d", ("einsum_matmul",)),
         Item("test_einsum_matmul_batched", 1, "einsum_matmul_batched", ("einsum_matmul",)),
-        Item("test_merge_heads_shape", 1, "merge_heads_shape", ("merge_heads",)),
-        Item("test_merge_heads_values", 2, "merge_heads_values", ("merge_heads",)),
         Item("test_center_tokens_values", 2, "center_tokens_values", ("center_tokens",)),
     ],
     "01_rnn_limitations": [

@@ -133,29 +133,6 @@ def einsum_matmul_batched(einsum_matmul, g) -> None:
         _einsum_case(einsum_matmul, g, tuple(randint(g, 1, 3) for _ in range(randint(g, 1, 3))))
 
 
-def _merge(x):          # (B, nh, T, hs) -> (B, T, nh*hs): the heads' blocks side by side
-    return torch.cat(x.unbind(1), dim=-1)
-
-
-def merge_heads_shape(merge_heads, g) -> None:
-    for _ in range(4):
-        B, nh, T, hs = randint(g, 1, 3), randint(g, 2, 5), randint(g, 2, 7), randint(g, 1, 6)
-        out = tensor(call(merge_heads, torch.randn(B, nh, T, hs, generator=g), name="merge_heads"), "merge_heads")
-        if tuple(out.shape) != (B, T, nh * hs):
-            raise CheckFailed("merge_heads has the wrong shape",
-                              details=[f"case: x {(B, nh, T, hs)}; expected {(B, T, nh * hs)}, got {tuple(out.shape)}"])
-
-
-def merge_heads_values(merge_heads, g) -> None:
-    for case in range(5):
-        B, nh, T, hs = randint(g, 1, 3), randint(g, 2, 5), randint(g, 2, 7), randint(g, 1, 6)
-        x = torch.randn(B, nh, T, hs, generator=g)
-        if case % 2:
-            x = torch.randn(B, T, nh, hs, generator=g).transpose(1, 2)
-        exact(call(merge_heads, x, name="merge_heads"), _merge(x), "merge_heads(x)",
-              f"x {(B, nh, T, hs)}{' (non-contiguous)' if not x.is_contiguous() else ''}")
-
-
 def center_tokens_values(center_tokens, g) -> None:
     cases = [(2, 5, 5), (1, 1, 3)] + [(randint(g, 1, 4), randint(g, 1, 7), randint(g, 2, 8)) for _ in range(3)]
     for B, T, C in cases:
