@@ -9,7 +9,8 @@ either the module is skipped with the reason, except under AWB_REQUIRE_BROWSER=1
 1. Lecture 02: "Run All Cells" from the command palette; move the temperature slider with the
    keyboard; the figure under it must change (the image's bytes differ).
 2. Exercise 04: a wrong softmax typed into its answer cell; "Run All Cells"; the failing visible
-   check must render as the short hint (Check failed / Hint / Reread), never a traceback.
+   check must render as the short hint (Check failed / Hint / Reread), never a traceback, and
+   its "Reread" link must open the lecture in JupyterLab at the section it names.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = (os.environ.get("AWB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
             or "/usr/bin/chromium")
 LECTURE = "lectures/02_attention_as_lookup.ipynb"
+REREAD_LECTURE = "lectures/04_queries_keys_values.ipynb"   # the section a failed softmax check names
 EXERCISE = "exercises/04_queries_keys_values/04_queries_keys_values.ipynb"
 WRONG_SOFTMAX = '''def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """A typical mistake: normalised over the first axis instead of `dim`."""
@@ -74,7 +76,7 @@ def lab(tmp_path_factory):
     """A JupyterLab server over a temporary working copy; yields (base url, token)."""
     root = tmp_path_factory.mktemp("lab")
     work = root / "work"
-    for rel in (LECTURE, EXERCISE):
+    for rel in (LECTURE, EXERCISE, REREAD_LECTURE):
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, work / rel)
     shutil.copytree(REPO / "attention_workbook", work / "attention_workbook",
@@ -227,5 +229,22 @@ def test_exercise_failing_check_shows_the_hint_not_a_traceback(browser, lab):
     assert len(text.strip().splitlines()) <= 12, text
     # "Run all" stopped at the failing check: the next test cell never ran
     assert _cell(page, "checks.softmax_dim(softmax)").locator(".jp-OutputArea-output").count() == 0
+    # "Reread" is a link: it opens the lecture in a new tab of this JupyterLab
+    link = test_cell.locator(".jp-OutputArea a", has_text="lecture 04")
+    href = link.get_attribute("href")   # JupyterLab resolves the relative link against the notebook's folder
+    assert link.count() == 1 and f"/{REREAD_LECTURE}" in href and "#cell-id=softmax" in href, href
+    for where in ("on GitHub", "on Colab"):
+        assert "/blob/" in test_cell.locator(".jp-OutputArea a", has_text=where).get_attribute("href")
+    link.click()
+    page.locator(f".lm-TabBar-tab[title*='{REREAD_LECTURE}']").wait_for(timeout=60_000)
+    heading = page.locator(f"{PANEL} .jp-MarkdownOutput h2", has_text="numerically stable softmax")
+    heading.wait_for()
+    # ... at the section (#cell-id=...). JupyterLab 4 drops the fragment while a notebook it has
+    # just opened is still building its cells, so the first click may land at the top; with the
+    # lecture open, the link scrolls to the section: back to the exercise, click again.
+    page.locator(".lm-TabBar-tab[title*='exercises/04_queries_keys_values']").click()
+    link.click()
+    _wait(lambda: 0 <= (heading.bounding_box() or {}).get("y", -1) < 1000, 60,
+          "the lecture to show the section the hint names")
     print(f"exercise 04 in the browser: {time.monotonic() - t0:.1f} s; the test cell shows:\n{text}")
     page.close()

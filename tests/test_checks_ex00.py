@@ -17,7 +17,7 @@ from awb_grader.course import SOLUTIONS
 ASSIGNMENT = "00_tensor_shapes"
 from awb_grader.variants import notebook_cells  # noqa: E402
 
-FUNCTIONS = {"pairwise_dots", "split_last", "batched_outer", "einsum_matmul", "merge_heads", "center_tokens"}
+FUNCTIONS = {"pairwise_dots", "split_last", "batched_outer", "einsum_matmul", "center_tokens"}
 
 
 def _cells():
@@ -81,8 +81,8 @@ def test_every_function_has_three_mistakes():
 
 
 def test_unanswered_cell_says_not_implemented():
-    ns = _namespace({"merge_heads": "def merge_heads(x):\n    raise NotImplementedError()\n"})
-    msg = _run("test_merge_heads_shape", ns)
+    ns = _namespace({"split_last": "def split_last(x, n):\n    raise NotImplementedError()\n"})
+    msg = _run("test_split_last_shape", ns)
     assert msg and "not implemented yet" in msg
 
 

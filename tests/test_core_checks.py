@@ -113,3 +113,107 @@ def test_every_check_a_test_cell_calls_is_guarded(assignment):
     assert calls
     unguarded = [f"{m}.{f}" for m, f in sorted(calls) if not getattr(getattr(modules[m], f), "__awb_guarded__", False)]
     assert not unguarded, unguarded
+
+
+# ----------------------------------------------------------------------------------------
+# "Reread": a link that opens the lecture section (in the checkout, on GitHub, on Colab)
+# ----------------------------------------------------------------------------------------
+def _reread_texts():
+    """Every lecture section a visible check can tell a student to reread."""
+    texts = set()
+    for n in range(9):
+        module = importlib.import_module(f"attention_workbook.checks.ex0{n}")
+        texts |= {v for k, v in vars(module).items() if k.startswith("SEC_") and isinstance(v, str)}
+    return sorted(texts)
+
+
+def test_every_reread_opens_its_lecture_section_locally_on_github_and_on_colab():
+    import nbformat
+
+    from attention_workbook import config
+    from awb_grader.course import REPO
+
+    url, release = config.repository()
+    texts = _reread_texts()
+    assert len(texts) > 30
+    for text in texts:
+        links = core.reread_links(text)
+        assert links, text
+        label, anchor = links["label"], links["local"].split("#cell-id=")[1]
+        assert text.startswith(label) and label.startswith("lecture 0")
+        lecture = (REPO / "exercises" / "04_queries_keys_values" / links["local"].split("#")[0]).resolve()
+        assert lecture.is_file(), f"{links['local']} does not open a file from an exercise folder"
+        rel = lecture.relative_to(REPO)
+        assert links["github"] == f"{url}/blob/{release}/{rel}#{anchor}"
+        assert links["colab"] == f"{config.colab_url(str(rel))}#scrollTo={anchor}"
+        # the anchor is there, and Colab finds its cell: metadata.id == anchor (`make links`)
+        cells = [c for c in nbformat.read(lecture, as_version=4).cells if c.get("id") == anchor]
+        assert cells and cells[0].metadata.get("id") == anchor and f'<a id="{anchor}">' in cells[0].source, \
+            f"{rel}: no cell named {anchor!r} holding that anchor (run `make links`)"
+    html = core.reread_html(texts[0])
+    assert "Reread" in html and links["github"].split("/blob/")[0] in html and ">on Colab</a>" in html
+    assert core.reread_links("the lecture on shapes") is None and core.reread_html("somewhere") is None
+
+
+class _FakeShell:
+    """Stands in for the kernel's IPython shell (a notebook front end is there)."""
+
+    kernel = object()
+
+    def __init__(self):
+        from IPython.core.events import EventManager, available_events
+
+        self.events = EventManager(self, available_events)
+
+
+def test_in_a_notebook_the_reread_line_becomes_links_after_the_box(monkeypatch):
+    import IPython
+    from IPython.core import display_functions
+
+    shown = []
+    shell = _FakeShell()
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(display_functions, "display", lambda obj, **kw: shown.append(obj.data))
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj.data))
+    section = "lecture 04, section 'Padding masks' (lectures/04_queries_keys_values.ipynb#padding-mask)"
+    err = CheckFailed("f(x) has the wrong values", hint="pad the keys", reread=section)
+    text = "\n".join(err._render_traceback_())
+    assert "Check failed" in text and "pad the keys" in text and "Reread" not in text
+    assert "Padding masks" in str(err) and "Reread" in str(err)   # what nbgrader records keeps it all
+    assert err._render_traceback_() and not shown                   # rendered twice, shown once, after the cell
+    shell.events.trigger("post_execute")
+    shell.events.trigger("post_execute")
+    assert len(shown) == 1 and "Padding masks" in shown[0] and 'href="../../lectures/04_queries_keys_values' in shown[0]
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")               # graded runs: plain text only
+    assert any("Reread" in ln for ln in CheckFailed("t", reread=section)._render_traceback_())
+
+
+def test_outside_a_notebook_the_reread_line_stays_text():
+    section = "lecture 04, section 'Padding masks' (lectures/04_queries_keys_values.ipynb#padding-mask)"
+    lines = CheckFailed("t", hint="h", reread=section)._render_traceback_()
+    assert any("Reread" in ln and "Padding masks" in ln for ln in lines)
+    assert any("Reread" in ln for ln in CheckFailed("t", reread="lecture 04 (no file)")._render_traceback_())
+
+
+@pytest.mark.slow
+def test_a_failing_check_in_a_kernel_shows_the_box_then_the_links_once():
+    """A real kernel (nbclient): the failure box without a traceback, then one HTML line whose
+    links open the section, and the next cell runs as usual."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from attention_workbook.checks import ex04\n"
+                                          "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim=0, keepdim=True)"),
+                nbformat.v4.new_code_cell("ex04.softmax_values(softmax)"),
+                nbformat.v4.new_code_cell("print('next')")]
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    outs = nb.cells[1].outputs
+    assert [o.output_type for o in outs] == ["error", "display_data"], outs
+    box = "\n".join(outs[0].traceback)
+    assert "Check failed" in box and "Hint" in box and "Traceback" not in box and "Reread" not in box
+    assert "A numerically stable softmax" in outs[0].evalue
+    html = outs[1].data["text/html"]
+    assert "Reread" in html and "A numerically stable softmax" in html and "#scrollTo=softmax" in html
+    assert [o.get("text") for o in nb.cells[2].outputs] == ["next\n"]

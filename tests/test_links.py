@@ -75,6 +75,18 @@ def test_badge_and_setup_cells_in_sync(path):
             assert "--no-deps" in cell.source
 
 
+@pytest.mark.parametrize("path", sorted(REPO.glob("lectures/*.ipynb")), ids=lambda p: p.name)
+def test_colab_can_scroll_to_every_lecture_section(path):
+    """A "Reread" link opens the lecture at a section: JupyterLab at ``#cell-id=<anchor>``, Colab at
+    ``#scrollTo=<anchor>`` (the cell's ``metadata.id``); `make links` names each section's cell so."""
+    nb = nbformat.read(path, as_version=4)
+    anchored = [(nbsrc.ANCHOR.search(c.source), c) for c in nb.cells if c.cell_type == "markdown"]
+    anchored = [(m.group(1), c) for m, c in anchored if m]
+    assert anchored, "a lecture without section anchors"
+    for anchor, cell in anchored:
+        assert cell.id == cell.metadata.get("id") == anchor, f"section {anchor!r}: cell not named after it; run `make links`"
+
+
 # ---------------------------------------------------------------------------------------------
 # Cross-references: "lecture NN, section N 'Title'" and `lectures/NN_topic.ipynb#anchor` must land
 # on what they name. Lectures are edited often; a renumbered section or a renamed anchor turns a

@@ -246,3 +246,27 @@ def test_failure_renders_short_without_traceback():
     lines = info.value._render_traceback_()
     assert len(lines) <= 4 and "not implemented yet" in lines[0]
     assert not any("File " in ln for ln in lines)
+
+
+# ----------------------------------------------------------------------------------------
+# the grade table names each mistake (early warning for tests/test_catalog.py's nbgrader run)
+# ----------------------------------------------------------------------------------------
+NAMED_MISTAKES = [(a, m) for a, m in ALL_MISTAKES if m.hint]
+
+
+@pytest.mark.parametrize("assignment,mistake", NAMED_MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in NAMED_MISTAKES])
+def test_grade_table_names_the_mistake(assignment, mistake):
+    """From the messages of every failing cell (visible and hidden parts, in-process), the grade
+    table (catalog.named_by_errors) names this mistake and nothing in an earlier function: the
+    same rule tests/test_catalog.py applies to nbgrader's output, minutes earlier in the edit loop.
+    (A new entry whose hint another's message also shows, or an older entry that declares fewer
+    lost cells than it really loses, is caught here.)"""
+    results = run_cells(assignment, {mistake.cell: mistake.source, **mistake.extra_cells}, hidden=True)
+    failed = [c for c, (msg, err) in results.items() if msg or err]
+    errors = {c: (results[c][0] or "") + results[c][1] for c in failed}
+    groups = catalog.named_by_errors(assignment, failed, errors)
+    order = list(solution_cells(assignment))
+    own = (mistake.cell, *mistake.extra_cells)
+    earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(mistake.cell)]
+    assert any(mistake in g for g in groups) and not earlier, \
+        f"{mistake.id}: the grade table would name {[[x.id for x in g] for g in groups]} (lost: {failed})"

@@ -3,8 +3,9 @@
 
     python tools/nbsrc.py build SRC.py OUT.ipynb [--nbgrader] [--execute] [--timeout 120]
     python tools/nbsrc.py to-py NB.ipynb OUT.py
-    python tools/nbsrc.py sync-links [NB.ipynb ...]      # rewrite badge/setup cells everywhere
-                                                          # (then `make release` for exercises/)
+    python tools/nbsrc.py sync-links [NB.ipynb ...]      # rewrite badge/setup cells everywhere, and the
+                                                          # Colab ids of lecture sections (then `make
+                                                          # release` for exercises/)
 
 Cell markers (one per cell, at the start of a line):
 
@@ -44,6 +45,24 @@ def _badge_path(nb_path: Path) -> str:
     if rel.parts[0] == "solutions":
         return str(Path("exercises", *rel.parts[1:]))
     return str(rel)
+
+
+ANCHOR = re.compile(r'<a id="([A-Za-z0-9_-]+)"></a>')
+
+
+def _colab_section_ids(nb, path: Path) -> None:
+    """In a lecture, name each markdown cell that holds a section anchor (``<a id="scaling">``)
+    after it, so a failed check's "Reread" links open the notebook at that section: the cell
+    id (JupyterLab: ``NB.ipynb#cell-id=scaling``) and the Colab cell id ``metadata.id``
+    (Colab: ``...#scrollTo=scaling``)."""
+    if path.resolve().relative_to(ROOT).parts[0] != "lectures":
+        return
+    for cell in nb.cells:
+        m = ANCHOR.search(cell.source) if cell.cell_type == "markdown" else None
+        if m:
+            cell.id = cell.metadata["id"] = m.group(1)
+        elif cell.metadata.get("id") and cell.cell_type == "markdown":
+            del cell.metadata["id"]
 
 
 def _parse_attrs(rest: str) -> dict:
@@ -122,6 +141,7 @@ def build(src: Path, out: Path, nbgrader: bool) -> nbformat.NotebookNode:
             meta.update({"grade_id": gid, "schema_version": 3, "task": False})
             cell.metadata["nbgrader"] = dict(sorted(meta.items()))
         nb.cells.append(cell)
+    _colab_section_ids(nb, out)
     return nb
 
 
@@ -175,6 +195,7 @@ def sync_links(paths: list[Path]) -> list[Path]:
                 cell.source = config.colab_badge(_badge_path(p))
             elif "awb-setup" in tags:
                 cell.source = config.setup_cell_source()
+        _colab_section_ids(nb, p)
         if nbformat.writes(nb) != before:
             nbformat.write(nb, p)
             changed.append(p)

@@ -25,6 +25,7 @@ import inspect
 import linecache
 import math
 import operator
+import re
 import sys
 import traceback
 import warnings
@@ -45,7 +46,7 @@ class CheckFailed(AssertionError):
         self.details, self.student_tb = list(details), student_tb or []
         super().__init__(self.plain())
 
-    def lines(self) -> list[str]:
+    def lines(self, reread: bool = True) -> list[str]:
         out = [f"{RED}{BOLD}Check failed:{RESET}{RED} {self.title}{RESET}"]
         out += [f"  {d}" for d in self.details]
         if self.student_tb:
@@ -53,7 +54,7 @@ class CheckFailed(AssertionError):
             out += [f"    {ln}" for ln in self.student_tb]
         if self.hint:
             out.append(f"{BOLD}Hint:{RESET} {self.hint}")
-        if self.reread:
+        if self.reread and reread:
             out.append(f"{BOLD}Reread:{RESET} {self.reread}")
         return out
 
@@ -64,7 +65,92 @@ class CheckFailed(AssertionError):
         return text
 
     def _render_traceback_(self) -> list[str]:  # IPython hook: show this instead of a traceback
-        return self.lines()
+        # In Jupyter or Colab the "Reread" line follows the box as links that open the section;
+        # everywhere else (a terminal, nbgrader's graded run) it stays a line of text. The
+        # exception's own text (what nbgrader records) always has all of it.
+        if not hasattr(self, "_links_shown"):   # IPython may render one exception more than once
+            self._links_shown = bool(self.reread) and show_reread_links(self.reread)
+        return self.lines(reread=not self._links_shown)
+
+
+# ----------------------------------------------------------------------------------------
+# "Reread": links that open the lecture section (in the checkout, on GitHub, on Colab)
+# ----------------------------------------------------------------------------------------
+_REREAD = re.compile(r"^(?P<label>.*?)\s*\((?P<path>lectures/[\w.-]+\.ipynb)(?:#(?P<anchor>[\w-]+))?\)\s*$")
+
+
+def reread_links(reread: str) -> dict[str, str] | None:
+    """For "lecture 04, section 'Padding masks' (lectures/04_queries_keys_values.ipynb#padding-mask)":
+    the label and the section's address from an exercise notebook (``local``, relative to
+    ``exercises/NN_topic/``), on GitHub and on Colab, both at the release the package belongs
+    to (``config.repository()``); None for a text without a lecture path."""
+    m = _REREAD.match(reread)
+    if not m:
+        return None
+    from .. import config
+
+    url, release = config.repository()
+    path, anchor = m["path"], m["anchor"]
+    fragment = f"#{anchor}" if anchor else ""
+    # the lecture cell that holds the anchor is named after it (tools/nbsrc.py, `make links`):
+    # JupyterLab scrolls to it by cell id, Colab by its metadata id
+    return {"label": m["label"], "local": f"../../{path}" + (f"#cell-id={anchor}" if anchor else ""),
+            "github": f"{url}/blob/{release}/{path}{fragment}",
+            "colab": config.colab_url(path) + (f"#scrollTo={anchor}" if anchor else "")}
+
+
+def reread_html(reread: str, on_colab: bool = False) -> str | None:
+    """One HTML line: "Reread <the section, linked>" (opened in this checkout, or on Colab when
+    running there) "(GitHub, Colab)"; None when ``reread`` names no lecture file."""
+    import html
+
+    links = reread_links(reread)
+    if links is None:
+        return None
+    out = lambda key, text: (f'<a href="{html.escape(links[key])}" target="_blank" rel="noopener">'
+                             f"{html.escape(text)}</a>")
+    main = out("colab", links["label"]) if on_colab else f'<a href="{html.escape(links["local"])}">{html.escape(links["label"])}</a>'
+    return (f'<div style="margin: 0.2em 0 0.4em 0"><b>Reread:</b> {main} '
+            f'<span style="opacity: 0.75">({out("github", "on GitHub")}, {out("colab", "on Colab")})</span></div>')
+
+
+def _notebook_shell():
+    """The IPython shell of a kernel that a notebook front end talks to (Jupyter, Colab), or
+    None: plain Python, a terminal, or nbgrader grading (its outputs stay plain text)."""
+    import os
+
+    if os.environ.get("NBGRADER_EXECUTION") or "IPython" not in sys.modules:
+        return None
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except Exception:  # noqa: BLE001 - no shell, no links
+        return None
+    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None
+
+
+def show_reread_links(reread: str) -> bool:
+    """Display the "Reread" line as links right after the failure box (once the cell has
+    finished, so it comes below the box). False, and nothing shown, where that cannot be done."""
+    shell = _notebook_shell()
+    content = reread_html(reread, on_colab="google.colab" in sys.modules) if shell is not None else None
+    if content is None:
+        return False
+    try:
+        from IPython.display import HTML, display
+    except ImportError:
+        return False
+
+    def show():
+        try:
+            shell.events.unregister("post_execute", show)
+        except ValueError:
+            pass
+        display(HTML(content), metadata={"awb": "reread"})
+
+    shell.events.register("post_execute", show)
+    return True
 
 
 class ForbiddenCall(RuntimeError):

@@ -1,4 +1,4 @@
-"""Visible checks for exercise 00_tensor_shapes (six shape drills).
+"""Visible checks for exercise 00_tensor_shapes (five shape drills).
 
 Each function checks one test cell's worth of behaviour on small, readable inputs. When the
 result is wrong it recomputes what the common mistakes would have produced and names the one
@@ -247,49 +247,6 @@ def einsum_matmul_batched(einsum_matmul) -> None:
         expect_close(out, A @ Bm, "einsum_matmul with leading axes", reread=SEC_MATMUL,
                      inputs=f"A {tuple(A.shape)}, B {tuple(Bm.shape)}")
     passed("einsum_matmul: works with any number of leading batch axes, like @")
-
-
-# ----------------------------------------------------------------------------------------
-# merge_heads
-# ----------------------------------------------------------------------------------------
-def _merge(merge_heads, x):
-    out = _call(merge_heads, x, name="merge_heads", reread=SEC_RESHAPE)
-    return expect_tensor(out, "merge_heads", reread=SEC_RESHAPE)
-
-
-def merge_heads_shape(merge_heads) -> None:
-    x = torch.randn(2, 3, 5, 4)         # (B, nh, T, hs)
-    out = _merge(merge_heads, x)
-    expect_shape(out, (2, 5, 12), "merge_heads(x)", inputs="x (B, nh, T, hs) = (2, 3, 5, 4)", reread=SEC_RESHAPE,
-                 hint="(B, nh, T, hs) -> (B, T, nh * hs): the head axis disappears into the channels")
-    passed("merge_heads: (B, nh, T, hs) -> (B, T, nh * hs)")
-
-
-def merge_heads_values(merge_heads) -> None:
-    B, nh, T, hs = 1, 2, 3, 2
-    # x[b, h, t, c] = 100*h + 10*t + c: every number says where it came from
-    x = (torch.arange(nh)[:, None, None] * 100 + torch.arange(T)[None, :, None] * 10
-         + torch.arange(hs)[None, None, :]).float()[None]
-    out = _merge(merge_heads, x)
-    want = x.transpose(1, 2).reshape(B, T, nh * hs)
-    expect_shape(out, want.shape, "merge_heads(x)", reread=SEC_RESHAPE)
-    cands = {
-        "x.reshape(B, T, nh * hs) without the transpose: that re-reads the numbers head by head, so each "
-        "'token' is glued together from pieces of different tokens. transpose(1, 2) first":
-            x.reshape(B, T, nh * hs),
-        "channels ordered (hs, nh) instead of (nh, hs): the first hs channels must be head 0's":
-            x.permute(0, 2, 3, 1).reshape(B, T, nh * hs),
-    }
-    expect_close(out, want, "merge_heads(x)", reread=SEC_RESHAPE,
-                 hint=_named(out, cands, "token t's channels are head 0's hs numbers, then head 1's, ..."),
-                 inputs="x[0, h, t, c] = 100h + 10t + c, shape (1, 2, 3, 2)",)
-    xt = x.transpose(1, 2).contiguous().transpose(1, 2)   # the same numbers, laid out as attention produces them
-    out_t = _merge(merge_heads, xt)
-    if tuple(out_t.shape) != tuple(want.shape) or not close(out_t, want):
-        raise CheckFailed("merge_heads gives another result for the same (B, nh, T, hs) tensor stored non-contiguously",
-                          reread=SEC_RESHAPE, hint="attention produces x as a transposed view: work from the shape "
-                                                   "and the indices only, never from the memory layout")
-    passed("merge_heads: token t = [head 0 of t, head 1 of t, ...]")
 
 
 # ----------------------------------------------------------------------------------------

@@ -443,7 +443,8 @@ def block_post_ln(TransformerBlock) -> None:
 
 
 def block_mask(TransformerBlock) -> None:
-    """The mask reaches the attention: a causal mask hides the future, a padding mask the pads."""
+    """The mask reaches the attention: a causal mask hides the future, a padding mask the pads;
+    is_causal=True builds the causal mask itself (and combines it with a given mask)."""
     block, x, out = _check_block(TransformerBlock, True, "causal", seed=1)
     x2 = x.clone()
     x2[:, 3:] = torch.randn(2, 2, 16)
@@ -454,7 +455,56 @@ def block_mask(TransformerBlock) -> None:
                           hint="pass the mask on to self.attn(..., mask=mask)", reread=SEC_BLOCK)
     _check_block(TransformerBlock, False, "padding", seed=2)
     _check_block(TransformerBlock, False, "causal+padding", seed=3, n_heads=2)
-    passed("TransformerBlock: the mask reaches the attention ((T, T), (B, 1, 1, T) and (B, 1, T, T) masks)")
+    _check_is_causal(TransformerBlock, True, seed=4)
+    _check_is_causal(TransformerBlock, False, seed=5, n_heads=2)
+    passed("TransformerBlock: the mask reaches the attention ((T, T), (B, 1, 1, T) and (B, 1, T, T) masks); "
+           "is_causal=True hides the future, alone and with a padding mask")
+
+
+def causal_wrong_variants(block, x, mask, pre_ln):
+    """What the block computes with ``is_causal=True`` under the common mistakes."""
+    T = x.shape[-2]
+    tril = torch.ones(T, T, dtype=torch.bool).tril()
+    out = {"is_causal ignored (no causal mask)": block_by_parts(block, x, mask, pre_ln)}
+    if mask is not None:
+        out["the causal mask replaced the given mask instead of being combined with it (&)"] = \
+            block_by_parts(block, x, tril, pre_ln)
+        out["the masks combined with | instead of &"] = block_by_parts(block, x, mask | tril, pre_ln)
+    flipped = ~tril if mask is None else mask & ~tril
+    out["the causal mask inverted (True above the diagonal), but True means 'may attend'"] = \
+        block_by_parts(block, x, flipped, pre_ln)
+    return out
+
+
+def _check_is_causal(cls, pre_ln, seed, n_heads=4):
+    """forward(x, is_causal=True) equals the block under the (T, T) causal mask, and with a
+    mask too under mask & causal (computed from the block's own sub-modules)."""
+    torch.manual_seed(seed)
+    block = _block(cls, 16, n_heads, 32, pre_ln=pre_ln).eval()
+    randomize_(block, seed)
+    x = torch.randn(2, 5, 16)
+    tril = torch.ones(5, 5, dtype=torch.bool).tril()
+    pad = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]   # (B, 1, 1, T)
+    for mask, kind in ((None, "None"), (pad, "padding (B, 1, 1, T)")):
+        try:
+            out = call(block, x, mask=mask, is_causal=True, name="TransformerBlock.forward", reread=SEC_BLOCK)
+        except CheckFailed as e:
+            if "is_causal" in e.title:
+                e.hint = "give forward a third argument, forward(self, x, mask=None, is_causal=False)"
+                e.args = (e.plain(),)
+            raise
+        out = expect_tensor(out, "TransformerBlock.forward")
+        expect_shape(out, x.shape, "TransformerBlock(x, is_causal=True)", reread=SEC_BLOCK,
+                     inputs="x of shape (2, 5, 16)")
+        with torch.no_grad():
+            want = block_by_parts(block, x, tril if mask is None else mask & tril, pre_ln)
+            if not close(out, want):
+                name = first_match(out, causal_wrong_variants(block, x, mask, pre_ln))
+                hint = (f"your block computes {name}" if name else
+                        "with is_causal=True use the (T, T) causal mask, combined with mask by & when one is given")
+                expect_close(out, want, f"TransformerBlock(pre_ln={pre_ln})(x, mask={kind}, is_causal=True)",
+                             hint=hint, reread=SEC_BLOCK,
+                             inputs=f"x of shape (2, 5, 16), mask: {kind}, random weights")
 
 
 # ----------------------------------------------------------------------------------------

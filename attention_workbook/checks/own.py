@@ -26,7 +26,7 @@ PACKAGE = "attention_workbook"
 NEUTRAL = ("attention_workbook.plotting", "attention_workbook.config", "attention_workbook.data")
 
 EXERCISES: dict[str, dict] = {
-    "00": {"graded": ["pairwise_dots", "split_last", "batched_outer", "einsum_matmul", "merge_heads", "center_tokens"],
+    "00": {"graded": ["pairwise_dots", "split_last", "batched_outer", "einsum_matmul", "center_tokens"],
            "provided": []},
     "01": {"graded": ["rnn_forward", "gradient_vs_distance"], "provided": []},
     "02": {"graded": ["hard_lookup", "soft_lookup"], "provided": []},

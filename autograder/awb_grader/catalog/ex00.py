@@ -8,7 +8,6 @@ _PAIR = ("test_pairwise_dots_shape", "test_pairwise_dots_values")
 _SPLIT = ("test_split_last_shape", "test_split_last_values")
 _OUTER = ("test_batched_outer_shape", "test_batched_outer_values")
 _EINSUM = ("test_einsum_matmul_2d", "test_einsum_matmul_batched")
-_MERGE = ("test_merge_heads_shape", "test_merge_heads_values")
 
 MISTAKES = [
     # -- pairwise_dots ---------------------------------------------------------------------
@@ -153,31 +152,6 @@ MISTAKES = [
     return torch.einsum("...ik,...jk->...ij", A, B)
 ''',
         must_fail=_EINSUM, hint="second-to-last"),
-    # -- merge_heads ----------------------------------------------------------------------
-    Mistake(
-        id="merge_no_transpose", cell="merge_heads",
-        description="x.reshape(B, T, nh * hs) without the transpose: scrambles tokens",
-        source='''def merge_heads(x):
-    B, nh, T, hs = x.shape
-    return x.reshape(B, T, nh * hs)
-''',
-        must_fail=("test_merge_heads_values",), hint="without the transpose"),
-    Mistake(
-        id="merge_view_after_transpose", cell="merge_heads",
-        description="transpose then .view: fails on the non-contiguous result",
-        source='''def merge_heads(x):
-    B, nh, T, hs = x.shape
-    return x.transpose(1, 2).view(B, T, nh * hs)
-''',
-        must_fail=_MERGE, hint="contiguous", visible=True),
-    Mistake(
-        id="merge_channels_hs_major", cell="merge_heads",
-        description="permute(0, 2, 3, 1): channels ordered (hs, nh) instead of (nh, hs)",
-        source='''def merge_heads(x):
-    B, nh, T, hs = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, nh * hs)
-''',
-        must_fail=("test_merge_heads_values",), hint="(hs, nh)"),
     # -- center_tokens --------------------------------------------------------------------
     Mistake(
         id="center_no_keepdim", cell="center_tokens",
@@ -213,7 +187,7 @@ MISTAKES = [
 ALTERNATIVES = [
     Alternative(
         id="einsum_and_unflatten",
-        description="einsum everywhere, unflatten for the split, permute + contiguous().view to merge",
+        description="einsum everywhere, unflatten for the split",
         cells={
             "pairwise_dots": '''def pairwise_dots(x):
     return torch.einsum("btc,bsc->bts", x, x)
@@ -229,17 +203,13 @@ ALTERNATIVES = [
             "einsum_matmul": '''def einsum_matmul(A, B):
     return torch.einsum("...ab,...bc->...ac", A, B)
 ''',
-            "merge_heads": '''def merge_heads(x):
-    B, nh, T, hs = x.shape
-    return x.permute(0, 2, 1, 3).contiguous().view(B, T, -1)
-''',
             "center_tokens": '''def center_tokens(x):
     return x - x.sum(dim=2, keepdim=True) / x.shape[2]
 ''',
         }),
     Alternative(
         id="unsqueeze_chunk_and_cat",
-        description="unsqueeze + matmul for the outer product, chunk + stack for the split, cat for the merge",
+        description="unsqueeze + matmul for the outer product, chunk + stack for the split",
         cells={
             "pairwise_dots": '''def pairwise_dots(x):
     return torch.matmul(x, x.permute(0, 2, 1))
@@ -255,9 +225,6 @@ ALTERNATIVES = [
 ''',
             "einsum_matmul": '''def einsum_matmul(A, B):
     return torch.einsum("...ik,...kj", A, B)
-''',
-            "merge_heads": '''def merge_heads(x):
-    return torch.cat([x[:, h] for h in range(x.shape[1])], dim=-1)
 ''',
             "center_tokens": '''def center_tokens(x):
     return x - x.mean(dim=-1).unsqueeze(-1)

@@ -209,7 +209,7 @@ MISTAKES = [
         id="padding_mask_2d", cell="padding_mask",
         description="padding mask of shape (B, T), without the axis that broadcasts over the queries",
         source=edit(A, "padding_mask", ("[:, None, :]  # (B, 1, T)", "  # (B, T)")),
-        must_fail=("test_padding_mask",), hint="(B, 1, T)", visible=True),
+        must_fail=("test_padding_mask",), hint="one row per sequence", visible=True),
 ]
 
 ALTERNATIVES = [

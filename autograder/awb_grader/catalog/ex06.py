@@ -18,7 +18,10 @@ _BLOCK_HEAD = '''class TransformerBlock(nn.Module):
         self.ln1, self.ln2 = LayerNorm(d_model), LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, is_causal=False):
+        if is_causal:
+            causal = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
+            mask = causal if mask is None else mask & causal
 '''
 
 _LOADER_HEAD = '''def from_torch_encoder_layer(layer):
@@ -422,6 +425,37 @@ MISTAKES = [
         source=edit(A, "TransformerBlock", ("MultiHeadAttention(d_model, n_heads)", "MultiHeadAttention(d_model, 4)")),
         must_fail=_BLOCK_ALL + _LOADER, hint="n_heads", visible=True),
     Mistake(
+        id="block_no_is_causal", cell="TransformerBlock",
+        description="forward(x, mask=None) without the is_causal argument: right with masks, but exercise 08's "
+                    "GPT cannot call it",
+        source=edit(A, "TransformerBlock",
+                    ("def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False)",
+                     "def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None)"),
+                    ("        if is_causal:                                                  # hide the future\n"
+                     "            T = x.size(-2)\n"
+                     "            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()   # (T, T)\n"
+                     "            mask = causal if mask is None else mask & causal\n", "")),
+        must_fail=("test_block_mask",), hint="forward(self, x, mask=None, is_causal=False)", visible=True,
+        label="no is_causal argument"),
+    Mistake(
+        id="block_is_causal_ignored", cell="TransformerBlock",
+        description="accepts is_causal but never builds the causal mask",
+        source=edit(A, "TransformerBlock", ("        if is_causal:                                                  # hide the future\n"
+                                            "            T = x.size(-2)\n"
+                                            "            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()   # (T, T)\n"
+                                            "            mask = causal if mask is None else mask & causal\n", "")),
+        must_fail=("test_block_mask",), hint="is_causal ignored", visible=True),
+    Mistake(
+        id="block_causal_replaces_mask", cell="TransformerBlock",
+        description="is_causal=True replaces the given mask with the causal one: padding is no longer masked",
+        source=edit(A, "TransformerBlock", ("mask = causal if mask is None else mask & causal", "mask = causal")),
+        must_fail=("test_block_mask",), hint="replaced the given mask", visible=True),
+    Mistake(
+        id="block_causal_inverted", cell="TransformerBlock",
+        description="the causal mask built with triu (True on the future), the opposite of True = may attend",
+        source=edit(A, "TransformerBlock", (".tril()   # (T, T)", ".triu(diagonal=1)   # (T, T)")),
+        must_fail=("test_block_mask",), hint="causal mask inverted", visible=True),
+    Mistake(
         id="count_math_pow", cell="block_param_count",
         description="counts with math.pow, which returns a float: the right number, but not an integer",
         source=edit(A, "block_param_count", ("attention = 4 * D * D", "attention = 4 * math.pow(D, 2)")),
@@ -481,7 +515,11 @@ ALTERNATIVES = [
     def _sa(self, h, mask):
         return self.dropout(self.attn(h, mask=mask))
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, is_causal=False):
+        if is_causal:
+            T = x.shape[-2]
+            future = torch.triu(torch.ones(T, T, device=x.device), diagonal=1).bool()   # True = the future
+            mask = ~future if mask is None else torch.logical_and(mask, ~future)
         if not self.pre_ln:
             x = self.ln1(x + self._sa(x, mask))
             return self.ln2(x + self.ff(x))
@@ -534,7 +572,11 @@ class TransformerBlock(nn.Module):
         self.sublayers = nn.ModuleList([Residual(self.ln1, self.attn, dropout, pre_ln),
                                         Residual(self.ln2, self.ff, 0.0, pre_ln)])
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, is_causal=False):
+        if is_causal:
+            T = x.size(-2)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()   # (T, T)
+            mask = causal if mask is None else mask & causal
         x = self.sublayers[0](x, mask=mask)        # (B, T, D)
         return self.sublayers[1](x)
 ''',
