@@ -140,9 +140,9 @@ def test_rerun_is_idempotent(batch):
 @pytest.mark.parametrize("assignment", course_assignments())
 def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, monkeypatch):
     """The re-check outside the kernel must never take points from correct work: every
-    exercise's reference solution passes each re-checked hidden test (or the test is one the
-    re-check cannot replay, e.g. it needs an nn.Module, and keeps nbgrader's verdict)."""
+    exercise's reference solution passes every hidden test replayed outside the kernel."""
     monkeypatch.setenv("AWB_SANDBOX_MODE", sandbox.resolve_mode("auto"))
     got = verdict.check_solution(assignment, tmp_path / "work", timeout=60)
     assert got, "no hidden blocks found"
-    assert {c: v for c, v in got.items() if v.startswith("fail")} == {}
+    # every test cell is replayed outside (functions, classes and objects through proxies) and passes
+    assert {c: v for c, v in got.items() if v != "pass"} == {}

@@ -64,10 +64,25 @@ def test_reference_passes_visible_and_hidden(cell, capsys):
 
 @pytest.mark.parametrize("cell", sorted(CELLS))
 def test_package_reference_passes_visible(cell):
+    """The checks accept the package's reference implementation (when told to trust it)..."""
+    from attention_workbook.checks import own
+
     answer, fn = CELLS[cell]
     obj = {"get_batch": gpt.get_batch, "lr_at": gpt.lr_at, "generate": gpt.generate,
            "GPT": lambda **kw: gpt.GPT(**kw)}[answer]
-    getattr(checks, fn)(obj)
+    with own.trusting():
+        getattr(checks, fn)(obj)
+
+
+@pytest.mark.parametrize("answer", ["get_batch", "lr_at", "generate"])
+def test_visible_check_names_the_reference_a_submission_uses(answer):
+    """... and tell a student who hands it in (or wraps it) that it is not their own work."""
+    fn = next(f for a, f in CELLS.values() if a == answer)
+    wrapper = define(f"import attention_workbook.gpt\n\ndef {answer}(*args, **kwargs):\n"
+                     f"    return attention_workbook.gpt.{answer}(*args, **kwargs)\n", answer)
+    for obj in (getattr(gpt, answer), wrapper):
+        with pytest.raises(CheckFailed, match=f"workbook's reference `attention_workbook.gpt.{answer}`"):
+            getattr(checks, fn)(obj)
 
 
 @pytest.mark.parametrize("alt", catalog.ALTERNATIVES, ids=lambda a: a.id)

@@ -3,6 +3,7 @@ misconception insight, the static tamper scan, the sandbox command line, and (sl
 idempotent re-run plus late submissions graded without regrading the rest."""
 
 import csv
+import os
 import re
 import zipfile
 
@@ -112,6 +113,22 @@ def test_sandbox_command_isolates_the_kernel(tmp_path, monkeypatch):
     assert "secret" not in joined                   # the gradebook URL never reaches student code
 
 
+def test_kernel_sockets_fit_a_unix_socket_path_whatever_the_course_root(tmp_path):
+    deep = tmp_path / ("x" * 120) / "runtime"
+    sockets = sandbox.short_socket_root()
+    try:
+        env = sandbox.worker_environment(3, deep, sockets / "w3")
+        assert len(env["KernelManager.ip"]) + 4 <= sandbox.SUN_PATH_MAX
+        assert env["KernelManager.ip"].startswith(str(sockets))
+        assert os.environ["AWB_KERNEL_LOG"] == str(deep.resolve() / "kernel.log")   # the log stays with the course
+        with pytest.raises(RuntimeError, match="longer than a Unix socket allows"):
+            sandbox.worker_environment(3, deep)          # sockets under the deep folder: refused, clearly
+    finally:
+        import shutil
+
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
 def _quiet(*args):
     pass
 
@@ -138,14 +155,16 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path):
     with zipfile.ZipFile(first, "w") as zf:
         zf.writestr(f"ada_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A)))
         zf.writestr(f"dev_{A}.ipynb", nbformat.writes(student_notebook(RELEASE, A, {m.cell: m.source})))
-    root = tmp_path / "course"
-    # This test is about re-run semantics, not the sandbox (tests/test_adversarial.py covers it):
-    # in the full parallel suite, the sandboxed run of this test failed 3 times out of 3 with the
-    # kernel launcher reporting that its working directory no longer existed (it passes alone and
-    # next to the adversarial batch); the root cause is still open (see the closing note).
-    quiet = dict(workers=2, timeout=30, progress=False, say=_quiet, exercises=["04"], sandbox="off")
+    # A course root deep enough that a kernel socket under it would pass the 107-byte limit of a
+    # Unix socket path: under pytest-xdist (tmp_path + "popen-gwN/") the sockets used to live in
+    # the shard, nbclient failed at once, nbgrader deleted the autograded folder and the starting
+    # sandboxed kernel reported its working directory gone (every submission scored 0, flagged).
+    root = tmp_path / "a-course-root-as-deep-as-an-instructor-may-choose" / "course"
+    quiet = dict(workers=2, timeout=30, progress=False, say=_quiet, exercises=["04"], sandbox="auto")
     r1 = _cohort_in_fresh_process(first, root, **quiet)
     assert sorted(r1.graded_now) == [(A, "ada"), (A, "dev")]
+    assert r1.sandbox == ("bwrap" if sandbox.bwrap_works() else "limits")
+    assert len(str(root / "shards" / "w0" / "runtime" / "sock" / "kernel-ipc-1")) > sandbox.SUN_PATH_MAX
     scores = {r.student: r.score for r in r1.records}
     assert scores["ada"] == r1.records[0].max_score > scores["dev"]
     assert (root / "summary" / "scores.png").stat().st_size > 1000

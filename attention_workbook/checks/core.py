@@ -177,6 +177,7 @@ def call(fn: Callable, *args, name: str | None = None, reread: str | None = None
     name = name or getattr(fn, "__name__", "your function")
     with warnings.catch_warnings(record=True) as seen:   # student warnings: recorded, never printed
         warnings.simplefilter("always")
+        _own_work(fn, name)
         try:
             return fn(*args, **kwargs)
         except CheckFailed as e:
@@ -198,6 +199,14 @@ def call(fn: Callable, *args, name: str | None = None, reread: str | None = None
         finally:
             _count(seen)
             _RECENT.extend(seen)    # a later failure of the check may be explained by them
+
+
+def _own_work(fn: Callable, name: str) -> None:
+    """A graded item that delegates to the workbook's reference implementation fails at once
+    (see ``own.py``; the grader decides the same outside the student's process)."""
+    from . import own
+
+    own.check(fn, name)
 
 
 def _hint_for_exception(e: Exception) -> str | None:

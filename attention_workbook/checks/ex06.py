@@ -389,10 +389,24 @@ def _check_heads(cls, pre_ln, reread=SEC_BLOCK):
                               hint="pass the block's n_heads argument on to MultiHeadAttention, do not fix the number")
 
 
+def _check_ff_width(block, D, d_ff, reread=SEC_BLOCK):
+    """The block's feed-forward has the hidden width d_ff the block is given (32 here, not the usual
+    4 * d_model): the grader loads weights of exactly these sizes into the block's own sub-modules."""
+    n = sum(p.numel() for p in block.ff.parameters())
+    want = 2 * D * d_ff + d_ff + D
+    if n != want:
+        raise CheckFailed(f"TransformerBlock(d_model={D}, n_heads, d_ff={d_ff}): its feed-forward has {n:,} "
+                          f"parameters, expected {want:,} (Linear {D} -> {d_ff} and {d_ff} -> {D}, with biases)",
+                          hint="the feed-forward's hidden width is the d_ff argument, whatever d_model is: "
+                               "see FeedForward's own check",
+                          reread=reread)
+
+
 def _check_block(cls, pre_ln, mask_kind=None, seed=0, n_heads=4):
     torch.manual_seed(seed)
     _check_heads(cls, pre_ln)
     block = _block(cls, 16, n_heads, 32, pre_ln=pre_ln).eval()
+    _check_ff_width(block, 16, 32)
     randomize_(block, seed)
     x = torch.randn(2, 5, 16)
     mask = None

@@ -58,6 +58,7 @@ class CourseSpec:
     feedback: bool = True
     verdict: bool = True
     workers: int = 1
+    sockets: str | None = None      # short folder for the kernels' Unix sockets (sandbox.SUN_PATH_MAX)
 
 
 # -- worker side -----------------------------------------------------------------------------
@@ -81,7 +82,7 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     threads = str(max(1, (os.cpu_count() or 1) // spec.workers))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, threads)
-    ipc = sandbox.worker_environment(k, shard / "runtime")
+    ipc = sandbox.worker_environment(k, shard / "runtime", Path(spec.sockets) / f"w{k}" if spec.sockets else None)
     if extra.get("KernelManager.transport") == "ipc":
         extra.update(ipc)
     _W.update(k=k, spec=spec, course=Course(shard, release_dir=spec.release_dir, timeout=spec.timeout, extra=extra))
@@ -184,8 +185,11 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     if not tasks:
         return []
     workers = max(1, min(workers, len(tasks)))
+    from . import sandbox
+
+    sockets = sandbox.short_socket_root()
     spec = CourseSpec(str(course.root), str(course.release_dir) if course.release_dir else None,
-                      course.timeout, dict(course.extra), feedback, verdict, workers)
+                      course.timeout, dict(course.extra), feedback, verdict, workers, str(sockets))
     ctx = mp.get_context("spawn")          # fresh interpreters: no inherited kernels, sockets or locks
     ids = ctx.Manager().Queue()
     for k in range(workers):
@@ -193,6 +197,17 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     results: list[Result] = []
     # the longest notebooks first: fewer stragglers at the end
     order = sorted(tasks, key=lambda t: -_size(t.path))
+    try:
+        results = _run_pool(ctx, spec, ids, order, tasks, workers, progress)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    merge(course, results)
+    index = {(t.assignment, t.student): i for i, t in enumerate(tasks)}
+    return sorted(results, key=lambda r: index[(r.task.assignment, r.task.student)])
+
+
+def _run_pool(ctx, spec, ids, order, tasks, workers, progress) -> list[Result]:
+    results: list[Result] = []
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(spec, ids)) as pool:
         futures = {pool.submit(_grade_one, t): t for t in order}
         bar = tqdm(total=len(tasks), desc="grading", unit="nb", disable=not progress)
@@ -206,9 +221,7 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
                 results.append(Result(t, row, -1))
             bar.update(1)
         bar.close()
-    merge(course, results)
-    index = {(t.assignment, t.student): i for i, t in enumerate(tasks)}
-    return sorted(results, key=lambda r: index[(r.task.assignment, r.task.student)])
+    return results
 
 
 def _size(path: str) -> int:

@@ -69,7 +69,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
                 break
         if not res["success"]:
             row.status = "flagged"
-            row.reasons.append("nbgrader could not grade it: " + _first_line(res.get("error") or res.get("log")))
+            row.reasons.append("nbgrader could not grade it: " + _failure_reason(res))
             rows.append(row)
             continue
         scores = course.scores(assignment, student)
@@ -93,6 +93,14 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
     for row in rows:
         row.max_score = max_total
     return rows
+
+
+def _failure_reason(res: dict) -> str:
+    """The error that made nbgrader give up (its own summary line only says 'see above')."""
+    text = f"{res.get('log') or ''}\n{res.get('error') or ''}"
+    lines = [ln.strip() for ln in text.splitlines()
+             if re.search(r"\w(Error|Exception)\b", ln) and "NbGraderException" not in ln and "Please see" not in ln]
+    return lines[-1][:200] if lines else _first_line(res.get("error") or res.get("log"))
 
 
 def _first_line(text: str | None) -> str:

@@ -1,12 +1,35 @@
 """The student side of an outside-the-kernel verdict (see ``verdict.py``); runs in the sandbox.
 
-Reads the student's code cells, executes them, then answers calls: the grader sends inputs
-it chose (tensors, numbers, tuples: ``torch.save`` frames), this process runs the student's
-function on them and sends back whatever it returned. The *comparison* happens in the grader's
-own process, so nothing the student's code patches here can change a verdict.
+Reads the student's code cells, executes them, then answers requests: the grader sends inputs
+it chose, this process runs the student's code on them and sends back what it returned. The
+*comparison* happens in the grader's own process, so nothing the student's code patches here
+can change a verdict.
 
-Frames on stdin/stdout: 4-byte big-endian length + a ``torch.save`` payload. The student's
-prints go to stderr (stdout is the channel).
+Frames on stdin/stdout: 4-byte big-endian length + a ``torch.save`` payload, loaded with
+``weights_only=True`` on both sides (plain data only). The student's prints go to stderr.
+
+The protocol (each request a dict with ``op``; each answer ``{"ok": value}`` or
+``{"error": text, "type": exception name}``). Objects that are not plain data stay here, in a
+table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether it is an
+``nn.Module``, which of the student's classes it is an instance of):
+
+``call``      target (a top-level name or a reference), args, kwargs; optional ``seed``
+              (``torch.manual_seed`` first) and ``forbid`` (built-ins blocked during the call);
+              what it did in place to its tensor arguments comes back as ``effects``
+``train``     target, mode: ``target.train(mode)``
+``params``    target, prefix: [(name, tensor)] of ``named_parameters()``
+``load``      target, values {dotted path: tensor}: copied into the object's own tensors
+``describe``  target, prefix: its sub-modules (path, kind, sizes)
+``get``       target, path: a plain attribute value (no dunder names)
+``grads``     target, args, kwargs: forward + backward of its own loss -> (loss, [(name, grad)])
+``standin``   target, path, kind, options: the sub-module computes the reference of its kind
+``make``      kind, args, kwargs: a checker object (``_adapter.maker``)
+``reset``     forget every reference
+``facts``     {graded name: what it reaches in attention_workbook} (``attention_workbook.checks.own``)
+
+Argument markers: ``{"__ref__": id}`` (an object of the table), ``{"__gen__": state}`` (a
+``torch.Generator`` with that state), ``_adapter.torch_spec`` dicts (a PyTorch layer rebuilt
+from its constructor arguments and state).
 """
 
 from __future__ import annotations
@@ -35,6 +58,125 @@ def _write(fh, obj) -> None:
     fh.flush()
 
 
+class Server:
+    def __init__(self, ns: dict):
+        import torch.nn as nn
+
+        from .hidden import _adapter
+
+        self.ns, self.A, self.nn = ns, _adapter, nn
+        self.table: dict[int, object] = {}
+        self.effects: list = []
+
+    # -- markers ------------------------------------------------------------------------------
+    def decode(self, x):
+        import torch
+
+        if isinstance(x, dict):
+            if "__ref__" in x:
+                return self.table[int(x["__ref__"])]
+            if "__gen__" in x:
+                g = torch.Generator()
+                g.set_state(x["__gen__"])
+                return g
+            if "__torch__" in x:
+                return self.A.torch_from_spec(x)
+            return {k: self.decode(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.decode(v) for v in x)
+        return x
+
+    def encode(self, x):
+        import torch
+
+        if x is None or isinstance(x, (bool, int, float, str, torch.Tensor)):
+            return x.detach() if isinstance(x, torch.Tensor) else x
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.encode(v) for v in x)
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            return {k: self.encode(v) for k, v in x.items()}
+        try:
+            import numpy as np
+
+            if isinstance(x, np.generic):
+                return x.item()
+        except ImportError:
+            pass
+        ref = len(self.table) + 1
+        while ref in self.table:
+            ref += 1
+        self.table[ref] = x
+        is_ = [k for k, v in self.ns.items() if isinstance(v, type) and not k.startswith("_") and isinstance(x, v)]
+        return {"__ref__": ref, "info": {"type": type(x).__name__, "module": isinstance(x, self.nn.Module), "is": is_}}
+
+    def target(self, t):
+        if isinstance(t, dict):
+            return self.decode(t)
+        if t not in self.ns:
+            raise NameError(f"name {t!r} is not defined")
+        return self.ns[t]
+
+    # -- operations ---------------------------------------------------------------------------
+    def handle(self, req: dict):
+        import contextlib
+
+        import torch
+
+        from attention_workbook.checks import core
+
+        op = req["op"]
+        A = self.A
+        if op == "reset":
+            self.table.clear()
+            return None
+        if op == "facts":
+            from attention_workbook.checks import own
+
+            return {name: own.reference_uses(self.ns[name], req.get("exercise", ""), self.ns)
+                    for name in req["names"] if name in self.ns}
+        if op == "make":
+            return self.encode(A.maker(req["kind"])(*self.decode(req["args"]), **self.decode(req["kwargs"])))
+        obj = self.target(req["target"])
+        if op == "call":
+            args, kwargs = self.decode(req.get("args", ())), self.decode(req.get("kwargs", {}))
+            if req.get("seed") is not None:
+                torch.manual_seed(int(req["seed"]))
+            tensors = [(i, t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+            tensors += [(k, t) for k, t in kwargs.items() if isinstance(t, torch.Tensor)]
+            before = {key: (t.requires_grad, t.detach().clone()) for key, t in tensors}
+            with contextlib.ExitStack() as stack:
+                for targets, why in req.get("forbid") or []:
+                    stack.enter_context(core.forbid([(A.resolve_owner(o), a) for o, a in targets], why))
+                out = obj(*args, **kwargs)
+            # what the call did to its tensor arguments in place (copied back onto the caller's)
+            for key, t in tensors:
+                grad_was, value = before[key]
+                changed = not torch.equal(t.detach(), value) if t.shape == value.shape else True
+                if t.requires_grad != grad_was or t.grad is not None or changed:
+                    self.effects.append([key, {"requires_grad": t.requires_grad,
+                                               "grad": None if t.grad is None else t.grad.detach(),
+                                               "value": t.detach() if changed else None}])
+            return self.encode(out)
+        if op == "train":
+            obj.train(bool(req["mode"]))
+            return None
+        if op == "params":
+            return A.params_of(obj, req.get("prefix", ""))
+        if op == "load":
+            A.load_into(obj, req["values"])
+            return None
+        if op == "describe":
+            return A.describe_module(obj, req.get("prefix", ""))
+        if op == "get":
+            return A.get_plain(obj, req["path"])
+        if op == "grads":
+            return A.grads_of(obj, self.decode(req.get("args", ())), self.decode(req.get("kwargs", {})))
+        if op == "standin":
+            A.standin_into(obj, req["path"], req["kind"], req.get("options", []))
+            return None
+        raise ValueError(f"unknown operation {op!r}")
+
+
 def main() -> None:
     channel_out = os.fdopen(os.dup(1), "wb")
     channel_in = os.fdopen(os.dup(0), "rb")
@@ -42,8 +184,14 @@ def main() -> None:
     os.dup2(2, 1)                  # the student's prints -> stderr
     os.dup2(devnull, 0)
     import json
+    import types
 
     import torch
+
+    # everything the server needs is imported before any student code runs
+    from attention_workbook.checks import core, own  # noqa: F401
+    from .hidden import _adapter, ex01, ex08  # noqa: F401
+    from attention_workbook.checks import ex07  # noqa: F401
 
     cells = json.loads(_read(channel_in).decode())
     ns: dict = {"__name__": "__main__"}
@@ -53,22 +201,24 @@ def main() -> None:
             exec(compile("\n".join(lines), "<student cell>", "exec"), ns)  # noqa: S102 - the point
         except BaseException:  # noqa: BLE001 - a failing cell fails here as it did in the kernel
             traceback.print_exc()
-    import types
-
-    names = {k: ("function" if isinstance(v, types.FunctionType) else "class" if isinstance(v, type) else "other")
+    names = {k: ("function" if isinstance(v, types.FunctionType) else "class" if isinstance(v, type)
+                 else "module" if isinstance(v, types.ModuleType) else "callable" if callable(v) else "other")
              for k, v in ns.items() if not k.startswith("_")}
     _write(channel_out, {"ready": names})
+    server = Server(ns)
     while True:
         raw = _read(channel_in)
         if raw is None:
             return
         req = torch.load(io.BytesIO(raw), weights_only=True)
+        server.effects = []
         try:
-            out = ns[req["name"]](*req["args"], **req["kwargs"])
+            out = server.handle(req)
             try:
-                _write(channel_out, {"ok": out})
+                _write(channel_out, {"ok": out, **({"effects": server.effects} if server.effects else {})})
             except Exception as e:  # noqa: BLE001
-                _write(channel_out, {"error": f"returned something that is not tensors/numbers ({type(e).__name__})"})
+                _write(channel_out, {"error": f"returned something that is not tensors/numbers ({type(e).__name__})",
+                                     "type": "TypeError"})
         except BaseException as e:  # noqa: BLE001
             _write(channel_out, {"error": f"{type(e).__name__}: {str(e)[:300]}", "type": type(e).__name__})
 

@@ -14,7 +14,8 @@ ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipyke
   life (a notebook that ignores interrupts still ends).
 
 The kernel talks to nbgrader over Unix sockets (``KernelManager.transport = "ipc"``) in a
-runtime directory private to the grading worker, since it has no network, not even loopback.
+short folder private to the grading worker (a socket path may not exceed 107 bytes, see
+:data:`SUN_PATH_MAX`), since it has no network, not even loopback.
 nbgrader's own per-cell time limit (``Execute.timeout``) interrupts a cell that runs too long,
 and :class:`LimitOutputBytes` truncates huge outputs before they reach the autograded
 notebook, the feedback and the gradebook.
@@ -131,18 +132,44 @@ def configure(course_root: Path, mode: str = "auto", limits: Limits | None = Non
     return mode, extra
 
 
-def worker_environment(worker: int, runtime_dir: Path) -> dict:
-    """Per grading worker: its own Jupyter runtime directory (connection files and the
-    kernel's Unix sockets: a kernel sees only its own) and its own sandbox uid (so one
-    submission's fork bomb does not eat another worker's process quota)."""
+# A Unix socket's path must fit in sockaddr_un.sun_path (108 bytes with the final NUL); zmq refuses
+# longer ipc paths. The kernel's sockets therefore never live under the course root, whose path
+# is the instructor's choice (a pytest-xdist tmp_path was enough to pass the limit: nbclient
+# failed at once, nbgrader deleted the half-made autograded folder, and the starting kernel then
+# found its working directory gone).
+SUN_PATH_MAX = 107
+
+
+def short_socket_root(base: str | None = None) -> Path:
+    """A new private folder for kernel sockets, in a short temporary directory."""
+    import tempfile
+
+    base = base or tempfile.gettempdir()
+    if len(base) > 40 or not os.path.isdir(base):
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="awb-", dir=base))
+
+
+def worker_environment(worker: int, runtime_dir: Path, sockets: Path | None = None) -> dict:
+    """Per grading worker: its own Jupyter runtime directory (connection files, the kernels'
+    log) and its own folder for the kernel's Unix sockets (``sockets``, short: see
+    SUN_PATH_MAX; a kernel sees only its own), and its own sandbox uid (so one submission's fork
+    bomb does not eat another worker's process quota)."""
     runtime_dir = Path(runtime_dir)
     runtime_dir.mkdir(parents=True, exist_ok=True)
+    sockets = Path(sockets) if sockets is not None else runtime_dir
+    sockets.mkdir(parents=True, exist_ok=True)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
     os.environ["AWB_SANDBOX_UID"] = str(60000 + worker)
-    os.environ["AWB_PRIVATE_RUNTIME"] = str(runtime_dir.resolve())
+    os.environ["AWB_PRIVATE_RUNTIME"] = str(sockets.resolve())
+    os.environ["AWB_KERNEL_LOG"] = str(runtime_dir.resolve() / "kernel.log")
     # the kernel's sockets: a folder of this worker's that the sandbox binds (kernels of one
     # worker run one after the other); returned as nbgrader settings for Course.extra
-    return {"KernelManager.ip": str(runtime_dir.resolve() / "sock" / "kernel-ipc")}
+    ip = sockets.resolve() / "sock" / "kernel-ipc"
+    if len(str(ip)) + 4 > SUN_PATH_MAX:      # jupyter_client appends "-<port>"
+        raise RuntimeError(f"kernel socket path {ip} is longer than a Unix socket allows ({SUN_PATH_MAX} bytes): "
+                           "use a shorter folder for the sockets")
+    return {"KernelManager.ip": str(ip)}
 
 
 def _autograde_preprocessors() -> list:
@@ -283,7 +310,8 @@ def launch(argv: list[str]) -> None:
     if private:
         # the kernel's own chatter ("NOTE: When using the `ipython kernel` entry point...") goes
         # to a log in the worker's runtime folder instead of the grader's terminal
-        log = os.open(Path(private) / "kernel.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.open(os.environ.get("AWB_KERNEL_LOG") or Path(private) / "kernel.log",
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
     os.execvp(cmd[0], cmd)

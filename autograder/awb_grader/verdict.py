@@ -1,25 +1,31 @@
-"""Verdicts reached outside the student's process, so patched checking machinery earns nothing.
+"""Verdicts reached outside the student's process: patched checks, shortcuts and hidden code earn nothing.
 
 nbgrader decides a test cell's points inside the student's kernel: a submission that redefines
 ``torch.allclose``, ``torch.testing``, numpy, the check helpers, or IPython's error display can
 make failing checks look green there. After nbgrader has graded a submission, :func:`apply`
-re-checks every test cell that earned points:
+decides every test cell that earned points in the grader's own process:
 
 1. the student's code cells (setup and answers, the test cells left out) are run again in a
-   fresh sandboxed process (``replay.py``), which then only answers calls;
-2. the cell's hidden block (``hidden.softmax_values(softmax)``: the same hidden check nbgrader
-   ran) runs in the **grader's** process, with each student function replaced by a proxy: the
-   checker chooses the inputs, the student's code computes outputs in its own process, the
-   outputs come back as plain tensors (``torch.load(weights_only=True)``) and are compared
-   here, with an unpatched torch;
-3. a cell that passed inside the kernel but fails outside loses its points (nbgrader
-   ``manual_score = 0`` in the gradebook, so the export and feedback show it) and the
-   submission is flagged with the reason.
+   fresh sandboxed process (``replay.py``), which then only answers requests;
+2. the cell's hidden block (``hidden.mha_self(MultiHeadAttention)``: the same hidden check
+   nbgrader ran) runs in the **grader's** process, with each student function, class and object
+   replaced by a proxy (``hidden/_adapter.py``): the checker constructs the student's classes,
+   loads weights into them, chooses the inputs, reads outputs, parameters and gradients; the
+   student's code computes in its own process; everything comes back as plain data
+   (``torch.load(weights_only=True)``) and is compared here, with an unpatched torch;
+3. the graded items must be the student's own work: :mod:`delegation` reads the submitted
+   cells here (subclassing, calling, aliasing or ``getattr`` of the workbook's reference), and
+   the student's process reports what each graded object reaches (``own.reference_uses``),
+   which can only add findings;
+4. answer cells must not hide what they run (:func:`obfuscation`: dynamic imports, encoded
+   names, ``exec``/``eval``/``compile``): where they do, nothing above can be trusted, and
+   every point is withheld for review by hand.
 
-A check that cannot be replayed this way (it needs an object rather than a function, e.g. an
-``nn.Module`` instance) keeps nbgrader's verdict; if the student's code also *looks* like it
-patches the machinery (:func:`suspicious_code`, an AST scan), the cell's points are withheld
-for a human to review.
+A cell that passed inside the kernel but fails any of this loses its points (nbgrader
+``manual_score = 0`` in the gradebook, so the export and feedback show it) and the submission
+is flagged with the reason. Every hidden check of exercises 00-08 replays this way; a cell
+that could not be replayed (``Unsupported``, e.g. the replay process did not start) is withheld
+too, with a reason that says so.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ PATCHED_ATTRS = {"showtraceback", "excepthook", "allclose", "assert_close", "isc
 
 
 class Unsupported(Exception):
-    """The check cannot be replayed outside the kernel (keeps nbgrader's verdict)."""
+    """The check cannot be replayed outside the kernel (its points are withheld, for review)."""
 
 
 # -- static scan ------------------------------------------------------------------------------
@@ -80,6 +86,69 @@ def suspicious_code(source: str) -> list[str]:
                 hits.append(f"line {node.lineno}: calls {fn}")
         if isinstance(node, ast.Attribute) and node.attr in ("__code__", "__globals__", "__builtins__", "f_globals"):
             hits.append(f"line {node.lineno}: uses {node.attr}")
+    return hits
+
+
+_DYNAMIC_IMPORT = {"importlib.import_module", "import_module", "__import__", "importlib.__import__",
+                   "importlib.util.spec_from_file_location", "runpy.run_module", "runpy.run_path"}
+_DYNAMIC_CODE = {"exec", "eval", "compile", "builtins.exec", "builtins.eval", "builtins.compile", "execfile"}
+_DECODERS = {"b64decode", "b32decode", "b16decode", "b85decode", "a85decode", "urlsafe_b64decode", "decodebytes",
+             "unhexlify", "a2b_base64", "a2b_hex", "fromhex", "decompress", "loads"}
+_ENCODING_MODULES = {"base64", "codecs", "binascii", "marshal", "zlib", "pickle", "importlib", "runpy"}
+
+
+def _const(node) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def obfuscation(source: str) -> list[str]:
+    """What hides code from a reader: imports by computed names, encoded strings, code built at
+    run time. None of it has a place in an answer cell of this workbook; where it appears the
+    grader cannot tell what the code uses, so the submission is held for review by hand."""
+    hits: list[str] = []
+    tree = None
+    try:
+        tree = ast.parse("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return []
+
+    def add(node, text):
+        line = f"line {getattr(node, 'lineno', '?')}: {text}"
+        if line not in hits:
+            hits.append(line)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for al in node.names:
+                if al.name.split(".")[0] in _ENCODING_MODULES:
+                    add(node, f"imports {al.name} (dynamic imports / encoded data)")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _ENCODING_MODULES:
+            add(node, f"imports from {node.module} (dynamic imports / encoded data)")
+        elif isinstance(node, ast.Call):
+            fn = ast.unparse(node.func)
+            last = fn.rsplit(".", 1)[-1]
+            if fn in _DYNAMIC_IMPORT or last == "import_module":
+                name = _const(node.args[0]) if node.args else None
+                add(node, f"imports a module by name at run time ({fn}({name!r}))" if name is not None
+                          else f"imports a module by a computed name ({fn})")
+            elif fn in _DYNAMIC_CODE:
+                add(node, f"runs code built at run time ({fn})")
+            elif last in _DECODERS or fn in ("codecs.decode", "bytes.fromhex", "bytearray.fromhex"):
+                add(node, f"decodes an encoded string ({fn})")
+            elif last == "decode" and isinstance(node.func, ast.Attribute):
+                add(node, f"decodes bytes into a string ({fn})")
+            elif fn in ("globals", "locals") or (fn == "vars" and not node.args):
+                add(node, f"reads a namespace dictionary ({fn}())")
+            elif fn == "getattr" and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
+                root = ast.unparse(node.args[0]).split(".")[0]
+                if root in MACHINERY or root in ("importlib", "builtins", "__builtins__"):
+                    add(node, f"getattr with a computed name on {ast.unparse(node.args[0])[:60]}")
+            if fn == "chr" or (last == "join" and any(isinstance(n, ast.Name) and n.id == "chr" for n in ast.walk(node))):
+                add(node, "builds a string from character codes (chr)")
+        elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
+            add(node, f"uses {node.id}")
+        elif isinstance(node, ast.ClassDef) and any(k.arg == "metaclass" for k in node.keywords):
+            add(node, f"class {node.name} has a custom metaclass")
     return hits
 
 
@@ -135,66 +204,135 @@ class Replay:
             raise ValueError("answer too large")
         return torch.load(io.BytesIO(read(n)), weights_only=True)
 
-    def call(self, name: str, args: tuple, kwargs: dict):
+    # -- the protocol (see replay.py) ------------------------------------------------------
+    def _encode(self, x):
+        import torch
+        import torch.nn as nn
+
+        from .hidden import _adapter as A
+
+        if isinstance(x, A.RemoteObject):
+            if x._client is not self:
+                raise Unsupported("an object of another replay process")
+            return {"__ref__": x._ref}
+        if isinstance(x, A.Remote):
+            raise Unsupported(f"{x!r} cannot be passed to the student's code")
+        if isinstance(x, torch.Generator):
+            return {"__gen__": x.get_state()}
+        if isinstance(x, torch.Tensor):
+            return x.detach()
+        if isinstance(x, nn.Module):
+            try:
+                return A.torch_spec(x)
+            except TypeError as e:
+                raise Unsupported(str(e)) from None
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._encode(v) for v in x)
+        if isinstance(x, dict):
+            return {k: self._encode(v) for k, v in x.items()}
+        return x
+
+    def _decode(self, x):
+        from .hidden import _adapter as A
+
+        if isinstance(x, dict):
+            if "__ref__" in x:
+                return A.RemoteObject(self, int(x["__ref__"]), x.get("info", {}))
+            return {k: self._decode(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._decode(v) for v in x)
+        return x
+
+    def request(self, op: str, **fields):
+        """One request to the student's process; its answer, or its error raised here."""
         import torch
 
-        def needs_graph(x):
-            if isinstance(x, torch.Tensor):
-                return x.requires_grad
-            if isinstance(x, (list, tuple)):
-                return any(needs_graph(y) for y in x)
-            if isinstance(x, dict):
-                return any(needs_graph(y) for y in x.values())
-            return False
+        from .hidden import _adapter as A
 
-        if needs_graph(args) or needs_graph(kwargs):
-            # the check differentiates through the student's code: outputs that cross processes
-            # carry no autograd graph, so this check keeps nbgrader's verdict
-            self.unsupported = f"{name} is called with tensors that require grad"
-            raise Unsupported(self.unsupported)
+        try:
+            payload = {"op": op, **{k: self._encode(v) for k, v in fields.items()}}
+        except Unsupported as e:
+            self.unsupported = str(e)
+            raise
+        if op == "call":
+            payload["forbid"] = A.forbid_spec()
         buf = io.BytesIO()
         try:
-            torch.save({"name": name, "args": tuple(args), "kwargs": dict(kwargs)}, buf)
+            torch.save(payload, buf)
             torch.load(io.BytesIO(buf.getvalue()), weights_only=True)   # only plain data crosses over
         except Exception as e:  # noqa: BLE001
-            self.unsupported = f"arguments of {name} are not plain tensors/numbers ({type(e).__name__})"
+            self.unsupported = f"{op}: arguments are not plain tensors/numbers ({type(e).__name__})"
             raise Unsupported(self.unsupported) from None
         self._send_raw(buf.getvalue())
         try:
             ans = self._recv()
         except (EOFError, TimeoutError) as e:
-            raise RuntimeError(f"{name}: {e}") from None
+            raise RuntimeError(f"{op}: {e}") from None
         except Exception as e:  # noqa: BLE001 - an answer that is not plain data
-            raise RuntimeError(f"{name} returned something that is not tensors/numbers ({type(e).__name__})") from None
+            raise RuntimeError(f"{op}: the answer is not tensors/numbers ({type(e).__name__})") from None
         if "error" in ans:
-            # a built-in exception comes back as itself (checks may expect a ValueError)
-            import builtins
+            raise _error(ans)
+        for key, eff in ans.get("effects", []):
+            self._mirror(fields, key, eff)
+        return self._decode(ans["ok"])
 
-            kind = getattr(builtins, str(ans.get("type")), None)
-            msg = ans["error"].split(": ", 1)[-1]
-            if isinstance(kind, type) and issubclass(kind, Exception):
-                try:
-                    err = kind(msg)
-                except Exception:  # noqa: BLE001 - an exception type with another signature
-                    err = RuntimeError(ans["error"])
-                raise err
-            raise RuntimeError(ans["error"])
-        return ans["ok"]
+    @staticmethod
+    def _mirror(fields: dict, key, eff: dict) -> None:
+        """Copy what the student's code did in place to a tensor argument onto the caller's."""
+        import torch
 
-    def proxy(self, name: str):
-        replay = self
+        args, kwargs = fields.get("args", ()), fields.get("kwargs", {})
+        t = args[key] if isinstance(key, int) and key < len(args) else kwargs.get(key)
+        if not isinstance(t, torch.Tensor):
+            return
+        with torch.no_grad():
+            if eff.get("value") is not None and eff["value"].shape == t.shape:
+                t.copy_(eff["value"])
+        if eff.get("requires_grad") and t.is_leaf and not t.requires_grad and t.is_floating_point():
+            t.requires_grad_(True)
+        if eff.get("grad") is not None and t.is_leaf:
+            t.grad = eff["grad"]
 
-        def fn(*args, **kwargs):
-            return replay.call(name, args, kwargs)
+    def call(self, name: str, args: tuple, kwargs: dict):
+        return self.request("call", target=name, args=tuple(args), kwargs=dict(kwargs))
 
-        fn.__name__ = fn.__qualname__ = name
-        fn.__module__ = "__main__"
-        return fn
+    def proxies(self) -> dict:
+        """{name: proxy} for the student's top-level functions and classes."""
+        from .hidden import _adapter as A
+
+        out = {}
+        for name, kind in self.names.items():
+            if kind in ("function", "callable"):
+                out[name] = A.RemoteFunction(self, name)
+            elif kind == "class":
+                out[name] = A.RemoteClass(self, name)
+        return out
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+def _error(ans: dict) -> BaseException:
+    """The student's exception, as an exception of the grader's process: built-in types as
+    themselves (checks may expect a ValueError), the checks' own kinds as theirs."""
+    import builtins
+
+    from attention_workbook.checks.core import ForbiddenCall
+
+    from .hidden._adapter import LoadError
+
+    kind_name = str(ans.get("type"))
+    msg = ans["error"].split(": ", 1)[-1]
+    kinds = {"ForbiddenCall": ForbiddenCall, "LoadError": LoadError}
+    kind = kinds.get(kind_name) or getattr(builtins, kind_name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, (SystemExit, KeyboardInterrupt)):
+        try:
+            return kind(msg)
+        except Exception:  # noqa: BLE001 - an exception type with another signature
+            pass
+    return RuntimeError(ans["error"])
 
 
 def _cells(nb):
@@ -215,27 +353,44 @@ def _cells(nb):
 
 def outside_verdicts(nb, cwd: Path, cells: list[str], timeout: float = 60) -> dict[str, str]:
     """{grade_id: 'pass' | 'fail: why' | 'unsupported: why'} for the given test cells."""
+    return recheck(nb, cwd, cells, timeout)[0]
+
+
+def recheck(nb, cwd: Path, cells: list[str], timeout: float = 60, exercise: str | None = None,
+            graded: list[str] = ()) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The outside verdicts of ``cells``, and what the student's process reports each graded
+    name reaches in the workbook's package (``own.reference_uses``: evidence the grader adds to
+    its own reading of the source; it can only add findings, never remove one)."""
     code, hidden = _cells(nb)
-    out = {}
+    out, facts = {}, {}
     wanted = [c for c in cells if c in hidden]
     for c in cells:
         if c not in hidden:
             out[c] = "unsupported: no hidden block"
     if not wanted:
-        return out
+        return out, facts
     try:
         replay = Replay(code, cwd, timeout)
     except Exception as e:  # noqa: BLE001
-        return {**out, **{c: f"unsupported: {e}" for c in wanted}}
+        return {**out, **{c: f"unsupported: {e}" for c in wanted}}, facts
+    from .hidden import _adapter
+
     try:
+        if graded and exercise:
+            try:
+                got = replay.request("facts", names=list(graded), exercise=exercise)
+                facts = {k: [str(x) for x in v][:5] for k, v in dict(got).items() if v}
+            except Exception:  # noqa: BLE001 - evidence only
+                facts = {}
         for c in wanted:
             block = hidden[c]
             ns: dict = {"__name__": "__awb_verdict__"}
-            for name, kind in replay.names.items():
-                if kind == "function" and re.search(rf"\b{re.escape(name)}\b", block):
-                    ns[name] = replay.proxy(name)
+            ns.update({name: proxy for name, proxy in replay.proxies().items()
+                       if re.search(rf"\b{re.escape(name)}\b", block)})
             replay.unsupported = None
+            _adapter._CLIENT = replay
             try:
+                replay.request("reset")
                 exec(compile(block, f"<hidden block {c}>", "exec"), ns)  # noqa: S102 - our own code
                 out[c] = "pass"
             except Unsupported as e:
@@ -248,18 +403,70 @@ def outside_verdicts(nb, cwd: Path, cells: list[str], timeout: float = 60) -> di
                     out[c] = f"unsupported: {replay.unsupported}"
                 else:
                     out[c] = f"fail: {type(e).__name__}: {msg[:200]}"
+            finally:
+                _adapter._CLIENT = None
+                _adapter._FORBID.clear()
             if replay.proc.poll() is not None:
                 replay = Replay(code, cwd, timeout)      # the student's process died: next cell, fresh one
     finally:
         replay.close()
+    return out, facts
+
+
+def student_cells(nb) -> list[str]:
+    """The cells the student wrote: answer cells and cells they added (not the read-only cells
+    and test cells, which nbgrader restores from the release)."""
+    out = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or not meta):
+            out.append(cell.source)
     return out
 
 
+def item_cells(nb) -> dict[str, list[str]]:
+    """{answer cell id (= the graded name): the test cells that follow it}."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            current = meta.get("grade_id")
+            out.setdefault(current, [])
+        elif meta.get("grade") and current:
+            out[current].append(meta["grade_id"])
+    return out
+
+
+def findings(nb, assignment: str, facts: dict | None = None) -> tuple[dict[str, list[str]], list[str]]:
+    """({graded name: how it delegates to the workbook's reference}, [obfuscation hits]):
+    the source read in this process (``delegation.scan``, ``obfuscation``) plus the student's
+    process's report (``facts``), which can only add findings."""
+    from . import delegation
+
+    code, _ = _cells(nb)
+    mine = student_cells(nb)
+    found = delegation.scan(mine, code, assignment[:2])
+    for name, notes in (facts or {}).items():
+        for n in notes:
+            if n not in found.setdefault(name, []):
+                found[name].append(n)
+    found = {k: v for k, v in found.items() if v}
+    hidden_code = [h for src in mine for h in obfuscation(src)]
+    return found, hidden_code
+
+
 def apply(course: Course, assignment: str, student: str, row) -> dict[str, str]:
-    """Re-check the cells that earned points; withhold the ones that only pass inside the
-    student's kernel. Updates the gradebook (manual_score = 0) and ``row``."""
+    """Decide, in the grader's process, the cells that earned points inside the student's
+    kernel: each keeps its points only if its hidden check also passes outside that process
+    (``recheck``), its graded item is the student's own work (not the workbook's reference:
+    ``findings``), and the answer cells hide nothing (``obfuscation``). Withheld cells get
+    nbgrader ``manual_score = 0`` (the export and the feedback show it) and the reasons go to
+    ``row`` (flags.csv)."""
     import nbformat
     from nbgrader.api import Gradebook
+
+    from attention_workbook.checks import own
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     if not p.exists():
@@ -267,15 +474,42 @@ def apply(course: Course, assignment: str, student: str, row) -> dict[str, str]:
     nb = nbformat.read(p, as_version=4)
     scores = course.scores(assignment, student)
     earned = [c for c, s in scores.items() if s > 0]
-    if not earned:
-        return {}
-    cell_timeout = int(course.config().Execute.timeout or 60)
-    verdicts = outside_verdicts(nb, p.parent, earned, timeout=cell_timeout)
+    delegated, hidden_code = findings(nb, assignment)
+    verdicts: dict[str, str] = {}
+    if earned and not hidden_code:       # (hidden code: every point is withheld anyway)
+        cell_timeout = int(course.config().Execute.timeout or 60)
+        graded = own.EXERCISES.get(assignment[:2], {}).get("graded", [])
+        verdicts, facts = recheck(nb, p.parent, earned, timeout=cell_timeout, exercise=assignment[:2], graded=graded)
+        delegated, _ = findings(nb, assignment, facts)
     code, _ = _cells(nb)
     suspicious = [h for src in code for h in suspicious_code(src)]
-    withhold = {c: v for c, v in verdicts.items() if v.startswith("fail")}
+
+    withhold: dict[str, str] = {}
+    reasons: list[str] = []
+    items = item_cells(nb)
+    if hidden_code:
+        withhold.update({c: "obfuscated" for c in earned})
+        reasons.append(f"tampering: answer cells hide what they run ({'; '.join(hidden_code[:3])}"
+                       f"{'; ...' if len(hidden_code) > 3 else ''}): every point withheld, review by hand")
+    for name, notes in delegated.items():
+        lost = [c for c in items.get(name, []) if c in earned]
+        withhold.update({c: "delegated" for c in lost})
+        reasons.append(f"not the student's own work: {name} {'; '.join(notes[:3])} (the workbook's reference): "
+                       f"no points for {', '.join(items.get(name, [])) or name}")
+    fails = [c for c, v in verdicts.items() if v.startswith("fail")]
+    if fails:
+        withhold.update({c: verdicts[c] for c in fails if c not in withhold})
+        reasons.append("passed in the student's kernel but failed when re-checked outside it "
+                       f"(patched checking machinery?): {', '.join(fails)}: points withheld")
+    rest = [c for c, v in verdicts.items() if v.startswith("unsupported") and c not in withhold]
+    if rest:
+        withhold.update({c: verdicts[c] for c in rest})
+        why = verdicts[rest[0]].split(": ", 1)[-1][:120]
+        reasons.append(f"could not be re-checked outside the student's process ({why}): "
+                       f"{', '.join(rest)}: points withheld, review by hand")
     if suspicious:
-        withhold.update({c: v for c, v in verdicts.items() if v.startswith("unsupported")})
+        reasons.append(f"{'' if withhold else 'note: '}code touches the checking machinery ({suspicious[0]})"
+                       + ("" if withhold else "; verdicts confirmed outside the kernel"))
     if withhold:
         with Gradebook(course.db) as gb:
             for c in withhold:
@@ -287,18 +521,9 @@ def apply(course: Course, assignment: str, student: str, row) -> dict[str, str]:
         row.score = sum(scores.values())
         maxs = course.max_scores(assignment)
         row.failed_cells = [c for c, s in scores.items() if s < maxs.get(c, 0)]
-        row.status = "flagged" if row.status != "ungradable" else row.status
-        fails = [c for c, v in withhold.items() if v.startswith("fail")]
-        if fails:
-            row.reasons.append("passed in the student's kernel but failed when re-checked outside it "
-                               f"(patched checking machinery?): {', '.join(fails)}: points withheld")
-        rest = [c for c in withhold if c not in fails]
-        if rest:
-            row.reasons.append(f"code patches the checking machinery ({suspicious[0]}); "
-                               f"{', '.join(rest)} could not be re-checked outside: points withheld, review by hand")
-    elif suspicious:
-        row.reasons.append(f"note: code touches the checking machinery ({suspicious[0]}); "
-                           "verdicts confirmed outside the kernel")
+    if (withhold or delegated or hidden_code) and row.status != "ungradable":
+        row.status = "flagged"
+    row.reasons.extend(reasons)
     return verdicts
 
 

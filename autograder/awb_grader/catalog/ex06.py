@@ -223,7 +223,7 @@ MISTAKES = [
     def forward(self, x):
         return self.net(x)
 ''',
-        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff"),
+        must_fail=("test_feedforward_structure",) + _BLOCK_ALL + _LOADER, hint="d_ff"),
     Mistake(
         id="ff_gelu", cell="FeedForward",
         description="GELU instead of the ReLU the exercise (and nn.TransformerEncoderLayer) uses",
@@ -418,8 +418,7 @@ MISTAKES = [
         description="hidden width fixed at 4 * d_model (the usual value) instead of the d_ff argument",
         source=edit(A, "FeedForward", ("nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)",
                                        "nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model)")),
-        must_fail=("test_feedforward_structure", "test_from_torch_post_ln", "test_from_torch_pre_ln"), hint="d_ff",
-        visible=True),
+        must_fail=("test_feedforward_structure",) + _BLOCK_ALL + _LOADER, hint="d_ff", visible=True),
     Mistake(
         id="block_fixed_heads", cell="TransformerBlock",
         description="the attention always gets 4 heads, whatever n_heads says",
@@ -544,6 +543,42 @@ ALTERNATIVES = [
                "ln2.weight": "norm2.weight", "ln2.bias": "norm2.bias"}
     block.load_state_dict({ours: src[theirs] for ours, theirs in mapping.items()})
     return block
+''',
+        }),
+    Alternative(
+        id="wrapped_sublayers",
+        description="a block that reaches its attention, feed-forward and LayerNorms through small residual "
+                    "wrapper modules (pre- or post-LN), holding the same objects as block.attn, block.ff, ...",
+        cells={
+            "TransformerBlock": '''class Residual(nn.Module):
+    """x + drop(fn(norm(x))) (pre-LN) or norm(x + drop(fn(x))) (post-LN)."""
+
+    def __init__(self, norm, fn, dropout, pre_ln):
+        super().__init__()
+        self.norm, self.fn, self.drop, self.pre_ln = norm, fn, nn.Dropout(dropout), pre_ln
+
+    def forward(self, x, **kwargs):
+        if self.pre_ln:
+            return x + self.drop(self.fn(self.norm(x), **kwargs))
+        return self.norm(x + self.drop(self.fn(x, **kwargs)))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, pre_ln=True):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.sublayers = nn.ModuleList([Residual(self.ln1, self.attn, dropout, pre_ln),
+                                        Residual(self.ln2, self.ff, 0.0, pre_ln)])
+
+    def forward(self, x, mask=None, is_causal=False):
+        if is_causal:
+            T = x.size(-2)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()   # (T, T)
+            mask = causal if mask is None else mask & causal
+        x = self.sublayers[0](x, mask=mask)        # (B, T, D)
+        return self.sublayers[1](x)
 ''',
         }),
     Alternative(

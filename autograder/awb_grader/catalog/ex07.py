@@ -368,6 +368,43 @@ ALTERNATIVES = [
 ''',
         }),
     Alternative(
+        id="wrapped_sublayers",
+        description="a decoder block that reaches its attentions, feed-forward and LayerNorms through small "
+                    "post-LN residual wrapper modules holding the same objects as block.self_attn, ...",
+        cells={
+            "DecoderBlock": '''class PostNorm(nn.Module):
+    """norm(x + drop(fn(x, ...)))"""
+
+    def __init__(self, fn, norm, dropout=0.0):
+        super().__init__()
+        self.fn, self.norm, self.drop = fn, norm, nn.Dropout(dropout)
+
+    def forward(self, x, **kwargs):
+        return self.norm(x + self.drop(self.fn(x, **kwargs)))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.steps = nn.ModuleList([PostNorm(self.self_attn, self.ln1, dropout),
+                                    PostNorm(self.cross_attn, self.ln2, dropout), PostNorm(self.ff, self.ln3)])
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        T = x.size(1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()     # (T, T)
+        if self_mask is not None:
+            mask = mask & self_mask[:, None, None, :]                        # (B, 1, T, T)
+        keep = None if memory_mask is None else memory_mask[:, None, None, :]
+        x = self.steps[0](x, mask=mask)
+        x = self.steps[1](x, kv=memory, mask=keep)
+        return self.steps[2](x)
+''',
+        }),
+    Alternative(
         id="warnings_tensor_copies",
         description="greedy decoding that re-wraps tensors with torch.tensor(tensor) (torch warns to use clone): "
                     "correct, so full marks, warnings or not",

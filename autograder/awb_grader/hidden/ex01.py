@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from . import _adapter as A
 from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
@@ -109,8 +110,13 @@ def _reference_forward(x, h0, W_xh, W_hh, b):
     return torch.stack(out, dim=1)
 
 
+def _doubled_forward(x, h0, W_xh, W_hh, b):
+    """A `forward` that is not rnn_forward: the RNN on 2 x (tells whether the one given is used)."""
+    return _reference_forward(2 * x, h0, W_xh, W_hh, b)
+
+
 def _norms(gradient_vs_distance, args):
-    out = call(gradient_vs_distance, *args, forward=_reference_forward, name="gradient_vs_distance")
+    out = call(gradient_vs_distance, *args, forward=A.make("ex01.reference_forward"), name="gradient_vs_distance")
     if not isinstance(out, torch.Tensor):
         raise CheckFailed("hidden test: gradient_vs_distance did not return a tensor")
     return out.detach()
@@ -135,6 +141,15 @@ def gradient_vs_distance_shape(gradient_vs_distance) -> None:
                               details=[f"case: {_desc(args)}; expected ({T},), got {tuple(out.shape)}"])
         if args[0].requires_grad or args[0].grad is not None:
             raise CheckFailed("hidden test: gradient_vs_distance modified the caller's x")
+    # the gradients must flow through the `forward` it is handed: here an RNN run on 2 x, whose
+    # gradient with respect to x is twice the plain one's at 2 x
+    args = _case(g, torch.float64)
+    out = call(gradient_vs_distance, *args, forward=A.make("ex01.doubled_forward"), name="gradient_vs_distance")
+    want = 2 * _oracle_gradient_norms(2 * args[0], *args[1:])
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape) or not close(
+            out.detach().double(), want, atol=1e-6, rtol=1e-4):
+        raise CheckFailed("hidden test: gradient_vs_distance does not differentiate the `forward` it is given",
+                          details=[f"case: {_desc(args)}, forward = the RNN applied to 2 x"])
 
 
 def gradient_vs_distance_single(gradient_vs_distance) -> None:

@@ -12,8 +12,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention_workbook.checks.core import forbid, softmax_builtins
+from attention_workbook.checks.core import softmax_builtins
 
+from . import _adapter as A
+from ._adapter import forbid
 from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
@@ -341,16 +343,14 @@ def einsum_mask(einsum_attention) -> None:
 
 
 def _head(cls, d_model, d_head):
-    head = call(cls, d_model, d_head, name="SelfAttentionHead")
-    if not isinstance(head, torch.nn.Module):
+    head = A.new(cls, d_model, d_head, name="SelfAttentionHead")
+    if not A.is_module(head):
         raise CheckFailed("hidden test: SelfAttentionHead is not an nn.Module")
-    mods = []
     for name in ("W_q", "W_k", "W_v"):
-        lin = getattr(head, name, None)
-        if not isinstance(lin, torch.nn.Linear) or lin.bias is not None or tuple(lin.weight.shape) != (d_head, d_model):
+        lin = A.submodule(head, name) or {}
+        if lin.get("kind") != "Linear" or lin["bias"] or (lin["out_features"], lin["in_features"]) != (d_head, d_model):
             raise CheckFailed(f"hidden test: SelfAttentionHead.{name} is not nn.Linear({d_model}, {d_head}, bias=False)")
-        mods.append(lin)
-    return head, mods
+    return head, ("W_q", "W_k", "W_v")
 
 
 def head_structure(SelfAttentionHead) -> None:
@@ -359,7 +359,7 @@ def head_structure(SelfAttentionHead) -> None:
     for _ in range(3):
         d_model, d_head = randint(g, 2, 24), randint(g, 1, 12)
         head, _ = _head(SelfAttentionHead, d_model, d_head)
-        n = sum(p.numel() for p in head.parameters())
+        n = sum(p.numel() for p in A.params(head).values())
         if n != 3 * d_model * d_head:
             raise CheckFailed("hidden test: SelfAttentionHead has extra parameters",
                               details=[f"case: d_model={d_model}, d_head={d_head}: {n} parameters, "
@@ -368,10 +368,9 @@ def head_structure(SelfAttentionHead) -> None:
 
 def _head_case(cls, g, mask_kind=None):
     B, T, d_model, d_head = randint(g, 1, 4), randint(g, 1, 8), randint(g, 2, 24), randint(g, 1, 12)
-    head, (lq, lk, lv) = _head(cls, d_model, d_head)
-    with torch.no_grad():
-        for lin in (lq, lk, lv):
-            lin.weight.copy_(torch.randn(d_head, d_model, generator=g) * 2 / math.sqrt(d_model))
+    head, names = _head(cls, d_model, d_head)
+    wq, wk, wv = (torch.randn(d_head, d_model, generator=g) * 2 / math.sqrt(d_model) for _ in names)
+    A.load(head, {f"{n}.weight": w for n, w in zip(names, (wq, wk, wv))})
     x = torch.randn(B, T, d_model, generator=g)
     mask = None
     if mask_kind == "causal":
@@ -381,8 +380,7 @@ def _head_case(cls, g, mask_kind=None):
         mask = (torch.arange(T)[None, :] < lengths[:, None])[:, None, :]
     with torch.no_grad():
         out = call(head, x, mask, name="SelfAttentionHead.forward")
-        want = F.scaled_dot_product_attention(F.linear(x, lq.weight), F.linear(x, lk.weight), F.linear(x, lv.weight),
-                                              attn_mask=mask)
+        want = F.scaled_dot_product_attention(F.linear(x, wq), F.linear(x, wk), F.linear(x, wv), attn_mask=mask)
     desc = f"x {tuple(x.shape)}, d_head={d_head}" + (f", {mask_kind} mask {tuple(mask.shape)}" if mask is not None else "")
     if not isinstance(out, torch.Tensor):
         raise CheckFailed("hidden test: SelfAttentionHead.forward must return one tensor (B, T, d_head)",

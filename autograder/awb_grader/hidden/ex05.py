@@ -16,9 +16,10 @@ import math
 import torch
 import torch.nn as nn
 
-from attention_workbook.checks.core import forbid
 from attention_workbook.checks.ex05 import NO_BUILTIN, builtin_attention, random_torch_mha, torch_reference
 
+from . import _adapter as A
+from ._adapter import forbid
 from ._base import guard, CheckFailed, as_int, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
@@ -90,19 +91,17 @@ def _sizes(g):
 
 def _build(MultiHeadAttention, ref: nn.MultiheadAttention):
     bias = ref.in_proj_bias is not None
-    m = call(MultiHeadAttention, ref.embed_dim, ref.num_heads, bias=bias, name="MultiHeadAttention")
-    if not all(isinstance(getattr(m, a, None), nn.Linear) for a in ("W_qkv", "W_o")):
+    m = A.new(MultiHeadAttention, ref.embed_dim, ref.num_heads, bias=bias, name="MultiHeadAttention")
+    if not all((A.submodule(m, a) or {}).get("kind") == "Linear" for a in ("W_qkv", "W_o")):
         raise CheckFailed("hidden test: MultiHeadAttention needs nn.Linear attributes W_qkv and W_o")
+    weights = {"W_qkv.weight": ref.in_proj_weight, "W_o.weight": ref.out_proj.weight}
+    if bias:
+        weights.update({"W_qkv.bias": ref.in_proj_bias, "W_o.bias": ref.out_proj.bias})
     try:
-        with torch.no_grad():
-            m.W_qkv.weight.copy_(ref.in_proj_weight)
-            m.W_o.weight.copy_(ref.out_proj.weight)
-            if bias:
-                m.W_qkv.bias.copy_(ref.in_proj_bias)
-                m.W_o.bias.copy_(ref.out_proj.bias)
-    except (RuntimeError, AttributeError) as e:
+        A.load(m, {k: v.detach() for k, v in weights.items()})
+    except (A.LoadError, RuntimeError, AttributeError) as e:
         raise CheckFailed("hidden test: cannot load weights into W_qkv (3D x D) / W_o (D x D) with biases as asked",
-                          details=[f"D={ref.embed_dim}, H={ref.num_heads}, bias={bias}: {type(e).__name__}"]) from None
+                          details=[f"D={ref.embed_dim}, H={ref.num_heads}, bias={bias}: {str(e)[:120]}"]) from None
     return m
 
 
@@ -143,7 +142,7 @@ def _mha_case(MultiHeadAttention, g, *, cross=False, mask_kind=None, bias=True, 
     if not close(out, want):
         fail_values("MultiHeadAttention output", out, want, case, TOL)
     if check_weights:
-        w = getattr(m, "last_weights", None)
+        w = A.get(m, "last_weights", None)
         if not isinstance(w, torch.Tensor):
             raise CheckFailed("hidden test: self.last_weights is not set after forward", details=[f"case: {case}"])
         if not close(w, loop_w):
@@ -198,7 +197,7 @@ def mha_init(MultiHeadAttention) -> None:
         for bias in (True, False):
             ref = nn.MultiheadAttention(D, H, bias=bias, batch_first=True)
             m = _build(MultiHeadAttention, ref)
-            n, want = sum(p.numel() for p in m.parameters()), sum(p.numel() for p in ref.parameters())
+            n, want = sum(p.numel() for p in A.params(m).values()), sum(p.numel() for p in ref.parameters())
             if n != want:
                 raise CheckFailed("hidden test: MultiHeadAttention has the wrong number of parameters",
                                   details=[f"case: D={D}, H={H}, bias={bias}: {n}, expected {want}"])
@@ -255,9 +254,9 @@ def from_torch(from_torch, MultiHeadAttention=None) -> None:
         bias = i != 3
         ref = random_torch_mha(D, H, bias=bias, seed=90 + i)
         m = call(from_torch, ref, name="from_torch")
-        if not isinstance(m, nn.Module):
+        if not A.is_module(m):
             raise CheckFailed("hidden test: from_torch did not return a module")
-        if MultiHeadAttention is not None and not isinstance(m, MultiHeadAttention):
+        if MultiHeadAttention is not None and not A.instance_of(m, MultiHeadAttention):
             raise CheckFailed("hidden test: from_torch must return your MultiHeadAttention")
         S = T + randint(g, 1, 4)
         x, kv = torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g)

@@ -2,10 +2,13 @@
 
 Oracles: an explicit double loop over math.sin/math.cos for the position table;
 ``nn.LayerNorm`` with copied weights; ``nn.Linear``/``F.relu`` on the student's own weights for
-the feed-forward network; ``nn.TransformerEncoderLayer`` with copied weights for the block (the
-block's LayerNorms, attention and feed-forward are swapped for PyTorch/workbook modules holding
-the layer's weights, so this grades the block's wiring, not the earlier answers again);
-parameters counted from ``nn.Linear``/``nn.LayerNorm`` modules. Seeds are fixed.
+the feed-forward network; ``nn.TransformerEncoderLayer`` with copied weights for the block: the
+layer's weights are copied *into* the block's own sub-modules ``attn``, ``ff``, ``ln1``, ``ln2``
+(in place, so a block that reaches them through wrapper modules is graded the same), and each
+of those sub-modules is made to compute the reference function of its kind from those weights,
+so this grades the block's wiring, not the earlier answers again; parameters counted from
+``nn.Linear``/``nn.LayerNorm`` modules. Seeds are fixed. Written against ``_adapter`` so the
+same checks run inside the kernel and outside it (``verdict.py``).
 Tolerance: atol 1e-5 + rtol 1e-4 (float32), 1e-5 for the equivalence with PyTorch's layers.
 """
 
@@ -17,9 +20,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention_workbook.checks.core import forbid
 from attention_workbook.checks.ex06 import layer_norm_builtins, randomize_
 
+from . import _adapter as A
+from ._adapter import forbid
 from ._base import guard, CheckFailed, as_int, call, close, fail_values, own_code, randint, rng
 
 TOL = "atol 1e-5 + rtol 1e-4"
@@ -27,8 +31,8 @@ TORCH_TOL = "atol 1e-5 + rtol 1e-5"
 
 
 def _new(cls, *args, name, **kwargs):
-    obj = call(cls, *args, name=name, **kwargs)
-    if not isinstance(obj, nn.Module):
+    obj = A.new(cls, *args, name=name, **kwargs)
+    if not A.is_module(obj):
         raise CheckFailed(f"hidden test: {name}(...) is not an nn.Module")
     return obj
 
@@ -73,11 +77,13 @@ def _ln_pair(LayerNorm, d, eps, g):
     with torch.no_grad():
         ref.weight.copy_(1 + 0.5 * torch.randn(d, generator=g))
         ref.bias.copy_(0.5 * torch.randn(d, generator=g))
-        w, b = getattr(ours, "weight", None), getattr(ours, "bias", None)
-        if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor):
-            raise CheckFailed("hidden test: LayerNorm has no `weight` / `bias` tensors")
-        w.copy_(ref.weight)
-        b.copy_(ref.bias)
+    w, b = A.get(ours, "weight", None), A.get(ours, "bias", None)
+    if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise CheckFailed("hidden test: LayerNorm has no `weight` / `bias` tensors")
+    try:
+        A.load(ours, {"weight": ref.weight.detach(), "bias": ref.bias.detach()})
+    except A.LoadError as e:
+        raise CheckFailed(f"hidden test: cannot load LayerNorm({d}) weights: {e}") from None
     return ours, ref
 
 
@@ -96,13 +102,13 @@ def layernorm_params(LayerNorm) -> None:
         d = randint(g, 1, 64)
         eps = [1e-5, 1e-6, 1e-3][randint(g, 0, 2)]
         ln = _new(LayerNorm, d, eps=eps, name="LayerNorm")
-        params = dict(ln.named_parameters())
+        params = A.params(ln)
         if set(params) != {"weight", "bias"} or any(tuple(p.shape) != (d,) for p in params.values()):
             raise CheckFailed(f"hidden test: LayerNorm({d}) should have exactly the parameters weight and bias of shape ({d},)",
                               details=[f"got {[(n, tuple(p.shape)) for n, p in params.items()]}"])
         if not (torch.equal(params["weight"].detach(), torch.ones(d)) and torch.equal(params["bias"].detach(), torch.zeros(d))):
             raise CheckFailed("hidden test: LayerNorm should start at weight = 1, bias = 0")
-        if getattr(ln, "eps", None) != eps:
+        if A.get(ln, "eps", None) != eps:
             raise CheckFailed(f"hidden test: LayerNorm({d}, eps={eps}) does not keep eps in self.eps")
 
 
@@ -137,7 +143,8 @@ def layernorm_eps(LayerNorm) -> None:
 
 # ----------------------------------------------------------------------------------------
 def _two_linears(ff):
-    lins = [m for m in ff.modules() if isinstance(m, nn.Linear)]
+    """describe() entries of the two nn.Linear sub-modules, in order."""
+    lins = [m for m in A.describe(ff) if m["kind"] == "Linear"]
     if len(lins) != 2:
         raise CheckFailed(f"hidden test: FeedForward should contain two nn.Linear layers, found {len(lins)}")
     return lins
@@ -151,12 +158,12 @@ def feedforward_structure(FeedForward) -> None:
         p = [0.0, 0.1, 0.25][randint(g, 0, 2)]
         ff = _new(FeedForward, D, d_ff, p, name="FeedForward")
         l1, l2 = _two_linears(ff)
-        if (l1.in_features, l1.out_features, l2.in_features, l2.out_features) != (D, d_ff, d_ff, D):
+        if (l1["in_features"], l1["out_features"], l2["in_features"], l2["out_features"]) != (D, d_ff, d_ff, D):
             raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) should map {D} -> {d_ff} -> {D}")
-        n = sum(q.numel() for q in ff.parameters())
+        n = sum(q.numel() for q in A.params(ff).values())
         if n != 2 * D * d_ff + d_ff + D:
             raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) has {n} parameters, expected {2 * D * d_ff + d_ff + D}")
-        if p and not any(isinstance(m, nn.Dropout) and abs(m.p - p) < 1e-12 for m in ff.modules()):
+        if p and not any(m["kind"] == "Dropout" and abs(m["p"] - p) < 1e-12 for m in A.describe(ff)):
             raise CheckFailed(f"hidden test: FeedForward(..., dropout={p}) has no nn.Dropout({p})")
 
 
@@ -164,29 +171,60 @@ def feedforward_values(FeedForward) -> None:
     g = rng(607)
     for _ in range(4):
         D, d_ff = randint(g, 2, 40), randint(g, 2, 90)
-        ff = _new(FeedForward, D, d_ff, name="FeedForward").eval()
+        ff = A.train(_new(FeedForward, D, d_ff, name="FeedForward"), False)
         l1, l2 = _two_linears(ff)
+        w = A.params(ff)
+        if not all(f"{l['path']}.bias" in w for l in (l1, l2)):
+            raise CheckFailed("hidden test: FeedForward's nn.Linear layers need biases")
+        w1, b1, w2, b2 = (w[f"{l['path']}.{n}"].double() for l in (l1, l2) for n in ("weight", "bias"))
         x = torch.randn(randint(g, 1, 4), randint(g, 1, 9), D, generator=g)
         out = call(ff, x, name="FeedForward.forward")
         with torch.no_grad():
-            h = (x.double() @ l1.weight.double().T + l1.bias.double()).clamp_min(0)
-            want = (h @ l2.weight.double().T + l2.bias.double()).float()
+            h = (x.double() @ w1.T + b1).clamp_min(0)
+            want = (h @ w2.T + b2).float()
         if not isinstance(out, torch.Tensor) or not close(out, want):
             fail_values("FeedForward(x)", out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
                         f"D={D}, d_ff={d_ff}, x {tuple(x.shape)}", TOL)
 
 
 # ----------------------------------------------------------------------------------------
-def _swap_in_reference_parts(block, layer):
-    """Replace the student's sub-modules by modules holding the PyTorch layer's weights."""
-    from attention_workbook.blocks import from_torch_encoder_layer
+def load_reference_parts(block, parts: dict, what: str) -> None:
+    """Copy a PyTorch layer's weights INTO the block's own sub-modules, in place, and make each
+    of them compute the reference function of its kind from those weights (``_adapter.standin``).
+    The objects stay the ones the block holds, so a block that reaches ``block.attn`` through a
+    wrapper module (a residual sub-layer, a ModuleList) computes with the same weights.
+    ``parts``: {attribute: (kind, torch module)} with kind "mha" | "feed_forward" | "layer_norm"."""
+    values, standins = {}, []
+    for attr, (kind, theirs) in parts.items():
+        if kind == "mha":
+            values.update({f"{attr}.W_qkv.weight": theirs.in_proj_weight, f"{attr}.W_qkv.bias": theirs.in_proj_bias,
+                           f"{attr}.W_o.weight": theirs.out_proj.weight, f"{attr}.W_o.bias": theirs.out_proj.bias})
+            standins.append((attr, kind, theirs.num_heads))
+        elif kind == "feed_forward":
+            lins = [m for m in A.describe(block, attr) if m["kind"] == "Linear"]
+            if len(lins) != 2:
+                raise CheckFailed(f"hidden test: {what}.{attr} should contain two nn.Linear layers, found {len(lins)}")
+            for mine, lin in zip(lins, theirs):
+                values.update({f"{mine['path']}.weight": lin.weight, f"{mine['path']}.bias": lin.bias})
+            standins.append((attr, kind))
+        else:
+            values.update({f"{attr}.weight": theirs.weight, f"{attr}.bias": theirs.bias})
+            standins.append((attr, kind, float(theirs.eps)))
+    try:
+        A.load(block, {k: v.detach() for k, v in values.items()})
+        for attr, kind, *options in standins:
+            A.standin(block, attr, kind, *options)
+    except A.LoadError as e:
+        raise CheckFailed(f"hidden test: cannot load the reference weights into the {what}'s own sub-modules",
+                          hint="keep the sub-modules the exercise names (multi-head attention with W_qkv and W_o, "
+                               "a feed-forward with two nn.Linear, LayerNorms with weight and bias)",
+                          details=[str(e)[:200]]) from None
 
-    ref = from_torch_encoder_layer(layer)
-    ln1, ln2 = nn.LayerNorm(layer.norm1.normalized_shape), nn.LayerNorm(layer.norm2.normalized_shape)
-    ln1.load_state_dict(layer.norm1.state_dict())
-    ln2.load_state_dict(layer.norm2.state_dict())
-    block.attn, block.ff, block.ln1, block.ln2 = ref.attn, ref.ff, ln1, ln2
-    return block
+
+def _load_encoder_layer(block, layer):
+    load_reference_parts(block, {"attn": ("mha", layer.self_attn), "ff": ("feed_forward", (layer.linear1, layer.linear2)),
+                                 "ln1": ("layer_norm", layer.norm1), "ln2": ("layer_norm", layer.norm2)},
+                         "TransformerBlock")
 
 
 def _block_vs_torch(cls, pre_ln, seed, with_mask):
@@ -201,9 +239,10 @@ def _block_vs_torch(cls, pre_ln, seed, with_mask):
         layer.eval()
         block = _new(cls, D, H, d_ff, pre_ln=pre_ln, name="TransformerBlock")
         for attr in ("attn", "ff", "ln1", "ln2"):
-            if not hasattr(block, attr):
+            if not A.has(block, attr):
                 raise CheckFailed(f"hidden test: TransformerBlock has no attribute `{attr}`")
-        block = _swap_in_reference_parts(block, layer).eval()
+        _load_encoder_layer(block, layer)
+        A.train(block, False)
         x = torch.randn(B, T, D, generator=g)
         keep = torch.ones(B, T, dtype=torch.bool)
         kwargs, mask = {}, None
@@ -270,9 +309,9 @@ def _loader(fn, norm_first, seed):
         randomize_(layer, seed + case)
         layer.eval()
         block = call(fn, layer, name="from_torch_encoder_layer")
-        if not isinstance(block, nn.Module):
+        if not A.is_module(block):
             raise CheckFailed("hidden test: from_torch_encoder_layer did not return an nn.Module")
-        block.eval()
+        A.train(block, False)
         x = torch.randn(randint(g, 1, 3), randint(g, 1, 9), D, generator=g)
         with torch.no_grad():
             want = layer(x)

@@ -1,8 +1,9 @@
 """Hidden checks for exercise 07: randomized shapes, independent oracles.
 
-Oracles: ``nn.TransformerDecoderLayer`` with copied weights for the decoder block (its
-sub-modules are swapped for PyTorch/workbook modules holding the layer's weights, so the
-block's wiring is graded, not the earlier answers); behavioural checks (causality, use of the
+Oracles: ``nn.TransformerDecoderLayer`` with copied weights for the decoder block (the layer's
+weights are copied into the block's own sub-modules, in place, each made to compute the
+reference function of its kind: ``ex06.load_reference_parts``; so the block's wiring is graded,
+not the earlier answers, whatever wrapper modules hold them); behavioural checks (causality, use of the
 source and its order, invariance to extra padding) on random sizes, vocabularies and pad ids
 for the seq2seq model; a per-sequence Python loop for greedy decoding, with scripted models.
 Seeds are fixed. Tolerance: atol 1e-5 + rtol 1e-5 against PyTorch, 1e-5 + 1e-4 otherwise.
@@ -14,25 +15,21 @@ import torch
 import torch.nn as nn
 
 from attention_workbook.checks.ex06 import randomize_
-from attention_workbook.checks.ex07 import ScriptedModel, greedy_oracle
+from attention_workbook.checks.ex07 import greedy_oracle
 
+from . import _adapter as A
 from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
+from .ex06 import load_reference_parts
 
 TORCH_TOL = "atol 1e-5 + rtol 1e-5"
 
 
 # ----------------------------------------------------------------------------------------
-def _swap_in_reference_parts(block, layer):
-    from attention_workbook.blocks import from_torch_decoder_layer
-
-    ref = from_torch_decoder_layer(layer)
-    for name in ("self_attn", "cross_attn", "ff"):
-        setattr(block, name, getattr(ref, name))
-    for ours, theirs in (("ln1", layer.norm1), ("ln2", layer.norm2), ("ln3", layer.norm3)):
-        ln = nn.LayerNorm(theirs.normalized_shape, eps=theirs.eps)
-        ln.load_state_dict(theirs.state_dict())
-        setattr(block, ours, ln)
-    return block
+def _load_decoder_layer(block, layer):
+    load_reference_parts(block, {"self_attn": ("mha", layer.self_attn), "cross_attn": ("mha", layer.multihead_attn),
+                                 "ff": ("feed_forward", (layer.linear1, layer.linear2)),
+                                 "ln1": ("layer_norm", layer.norm1), "ln2": ("layer_norm", layer.norm2),
+                                 "ln3": ("layer_norm", layer.norm3)}, "DecoderBlock")
 
 
 def _decoder_cases(cls, seed, n_cases, masks):
@@ -47,13 +44,14 @@ def _decoder_cases(cls, seed, n_cases, masks):
         layer = nn.TransformerDecoderLayer(D, H, d_ff, dropout=0.0, batch_first=True)
         randomize_(layer, seed + case)
         layer.eval()
-        block = call(cls, D, H, d_ff, name="DecoderBlock")
-        if not isinstance(block, nn.Module):
+        block = A.new(cls, D, H, d_ff, name="DecoderBlock")
+        if not A.is_module(block):
             raise CheckFailed("hidden test: DecoderBlock(...) is not an nn.Module")
         for attr in ("self_attn", "cross_attn", "ff", "ln1", "ln2", "ln3"):
-            if not hasattr(block, attr):
+            if not A.has(block, attr):
                 raise CheckFailed(f"hidden test: DecoderBlock has no attribute `{attr}`")
-        block = _swap_in_reference_parts(block, layer).eval()
+        _load_decoder_layer(block, layer)
+        A.train(block, False)
         x, memory = torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         keep_t = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B,), generator=g)[:, None]
@@ -81,8 +79,7 @@ def decoder_shapes(DecoderBlock) -> None:
         H = randint(g, 1, 4)
         D = H * randint(g, 1, 6)
         B, T, S = randint(g, 1, 4), randint(g, 1, 9), randint(g, 1, 9)
-        block = call(DecoderBlock, D, H, randint(g, 1, 30), name="DecoderBlock")
-        block.eval()
+        block = A.train(A.new(DecoderBlock, D, H, randint(g, 1, 30), name="DecoderBlock"), False)
         with torch.no_grad():
             out = call(block, torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g), name="DecoderBlock.forward")
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, T, D):
@@ -126,12 +123,12 @@ def _model_cases(cls, seed, n_cases):
         src_vocab, tgt_vocab = randint(g, 6, 30), randint(g, 6, 30)
         pad_id = randint(g, 0, 3)
         max_len = randint(g, 8, 20)
-        torch.manual_seed(seed + case)
-        model = call(cls, src_vocab, tgt_vocab, d_model=D, n_heads=H, d_ff=randint(g, 8, 64),
-                     n_layers=randint(g, 1, 2), max_len=max_len, pad_id=pad_id, name="Seq2SeqTransformer")
-        if not isinstance(model, nn.Module):
+        model = A.new(cls, src_vocab, tgt_vocab, d_model=D, n_heads=H, d_ff=randint(g, 8, 64),
+                      n_layers=randint(g, 1, 2), max_len=max_len, pad_id=pad_id, name="Seq2SeqTransformer",
+                      seed=seed + case)
+        if not A.is_module(model):
             raise CheckFailed("hidden test: Seq2SeqTransformer(...) is not an nn.Module")
-        yield model.eval(), g, src_vocab, tgt_vocab, pad_id, max_len
+        yield A.train(model, False), g, src_vocab, tgt_vocab, pad_id, max_len
 
 
 def _tok(g, shape, vocab, pad_id):
@@ -206,7 +203,7 @@ def seq2seq_padding(Seq2SeqTransformer) -> None:
 
 # ----------------------------------------------------------------------------------------
 def _greedy_case(fn, scripts, max_len, bos, eos, vocab, decoy=None):
-    model = ScriptedModel(scripts, vocab, bos, decoy)
+    model = A.make("ex07.scripted", scripts, vocab, bos, decoy)
     out = call(fn, model, torch.zeros(len(scripts), 2, dtype=torch.long), max_len, bos, eos, name="greedy_decode")
     want = greedy_oracle(scripts, max_len, bos, eos)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape) or not torch.equal(out.long(), want):

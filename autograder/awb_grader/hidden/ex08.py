@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from attention_workbook.checks.ex08 import single_threaded
 
+from . import _adapter as A
 from ._base import guard, CheckFailed, call, close, own_code, randint, rng
 
 
@@ -135,11 +136,10 @@ def _config(g):
 
 
 def _build(GPT, cfg, seed):
-    torch.manual_seed(seed)
-    model = call(GPT, name="GPT", **cfg)
-    if not isinstance(model, nn.Module):
+    model = A.new(GPT, name="GPT", seed=seed, **cfg)
+    if not A.is_module(model):
         raise CheckFailed("hidden test: GPT(...) is not an nn.Module")
-    return model.eval()
+    return A.train(model, False)
 
 
 def _fwd(model, idx, targets=None):
@@ -209,7 +209,7 @@ def gpt_positions_and_tying(GPT) -> None:
         if (logits[0, 1:] - logits[0, :1]).abs().max().item() < 1e-6:
             raise CheckFailed("hidden test: identical tokens give identical logits at every position "
                               "(no position information)", details=[f"case: {cfg}"])
-        vd = [p for p in model.parameters() if tuple(p.shape) in ((V, D), (D, V))]
+        vd = [p for p in A.params(model).values() if tuple(p.shape) in ((V, D), (D, V))]
         if len(vd) != 1:
             raise CheckFailed(f"hidden test: {len(vd)} distinct vocab x d_model matrices, expected 1 (weights tied)",
                               details=[f"case: {cfg}"])
@@ -219,22 +219,27 @@ def gpt_positions_and_tying(GPT) -> None:
 def gpt_overfits(GPT) -> None:
     g = rng(808)
     cfg = dict(vocab_size=randint(g, 30, 65), block_size=8, n_layer=1, n_head=2, d_model=32, dropout=0.0)
-    model = _build(GPT, cfg, seed=30).train()
-    n_params = sum(p.numel() for p in model.parameters())
+    model = A.train(_build(GPT, cfg, seed=30), True)
+    weights = {k: v.requires_grad_(True) for k, v in A.params(model).items()}
+    n_params = sum(p.numel() for p in weights.values())
     if n_params < cfg["vocab_size"] * 32 + 4 * 32 * 32:
         raise CheckFailed("hidden test: the blocks' parameters are not registered in the model",
                           details=[f"case: {cfg}: {n_params} parameters"])
     x = torch.randint(cfg["vocab_size"], (4, 8), generator=g)
     y = torch.randint(cfg["vocab_size"], (4, 8), generator=g)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    # Adam runs here on copies of the weights; the model computes its loss and the gradients
+    opt = torch.optim.Adam(weights.values(), lr=1e-2)
     for _ in range(50):
-        _, loss = _fwd(model, x, y)
-        opt.zero_grad()
-        loss.backward()
+        A.load(model, {k: v.detach() for k, v in weights.items()})
+        loss, grad = call(A.grads, model, x, y, name="GPT forward + backward")
+        if set(grad) != set(weights):
+            raise CheckFailed("hidden test: the model's parameters changed during training")
+        for k, w in weights.items():
+            w.grad = grad[k]
         opt.step()
-    if loss.item() > 0.5:
+    if not loss <= 0.5:
         raise CheckFailed("hidden test: the model does not overfit a single batch",
-                          details=[f"case: {cfg}, batch (4, 8), 50 Adam steps at lr 1e-2: loss {loss.item():.3f} "
+                          details=[f"case: {cfg}, batch (4, 8), 50 Adam steps at lr 1e-2: loss {loss:.3f} "
                                    f"(threshold 0.5)"])
 
 
@@ -275,17 +280,18 @@ def generate_basics(generate) -> None:
     for case in range(3):
         V, bs, shift = randint(g, 5, 30), randint(g, 2, 6), randint(g, 1, 4)
         B, T, n = randint(g, 1, 3), randint(g, bs + 1, bs + 8), randint(g, 2, 8)
-        model = _Stub(torch.zeros(V), bs, shift)
+        model = A.make("ex08.stub", torch.zeros(V), bs, shift)
         prompt = torch.randint(V, (B, T), generator=g)
         out = _gen(generate, model, prompt, n, top_k=1)
         want = prompt.clone()
         for _ in range(n):
             want = torch.cat([want, (want[:, -1:] + shift) % V], dim=1)
-        if model.longest > bs or tuple(out.shape) != (B, T + n) or not torch.equal(out, want):
+        longest = A.get(model, "longest")
+        if longest > bs or tuple(out.shape) != (B, T + n) or not torch.equal(out, want):
             raise CheckFailed("hidden test: greedy (top_k=1) generation from a long prompt is wrong",
                               details=[f"case: vocab {V}, block_size {bs}, prompt ({B}, {T}), {n} new tokens; "
-                                       f"longest context fed to the model {model.longest}"])
-    model = _Stub(torch.randn(11, generator=g), 4)
+                                       f"longest context fed to the model {longest}"])
+    model = A.make("ex08.stub", torch.randn(11, generator=g), 4)
     a = _gen(generate, model, torch.zeros(5, 2, dtype=torch.long), 7, generator=torch.Generator().manual_seed(3))
     b = _gen(generate, model, torch.zeros(5, 2, dtype=torch.long), 7, generator=torch.Generator().manual_seed(3))
     if not torch.equal(a, b):
@@ -301,7 +307,7 @@ def generate_sampling(generate) -> None:
         base = torch.randn(V, generator=g) * 1.5
         temp = [1.0, 0.7, 1.6][case]
         k = randint(g, 2, V - 1) if case else None
-        out = _gen(generate, _Stub(base, 4), torch.zeros(N, 1, dtype=torch.long), 1, temperature=temp, top_k=k,
+        out = _gen(generate, A.make("ex08.stub", base, 4), torch.zeros(N, 1, dtype=torch.long), 1, temperature=temp, top_k=k,
                    generator=torch.Generator().manual_seed(case))
         freq = torch.bincount(out[:, -1], minlength=V).double() / N
         want = base.double() / temp

@@ -1,0 +1,135 @@
+"""Shortcuts earn nothing; contract breaks lose what they must, visibly; every correct structure
+earns everything.
+
+One cohort run (the real ``cohort`` command: nbgrader's zip_collect, the bubblewrap sandbox when
+it is available, parallel shards, outside-the-kernel verdicts) grades, for exercises 04-08,
+every catalogued shortcut (``catalog/shortcuts.py``: delegation to the workbook's reference as a
+subclass, a wrapper, an alias import, a getattr, importlib / ``__import__`` / ``sys.modules``, an
+``nn.Module`` holding the reference; tampering with encoded names), every catalogued
+contract-breaking mistake (``visible=True``; ``tests/test_catalog.py`` leaves those of 04-08 to
+this run), an honest student and every correct alternative of each exercise (including blocks
+that reach their sub-modules through wrapper modules).
+"""
+
+import csv
+
+import nbformat
+import pytest
+
+from awb_grader import catalog, cohort, sandbox
+from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
+from awb_grader.course import EXERCISES
+from awb_grader.variants import error_text, solution_cells, student_notebook
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cohort")]
+EXERCISE_IDS = ["04", "05", "06", "07", "08"]
+SHORTCUTS = shortcuts()
+CONTRACT = contract_breaking()
+BWRAP = sandbox.bwrap_works()
+
+
+def _student(name: str) -> str:
+    return name.replace("_", "-")
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    from nbgrader.api import Gradebook
+
+    tmp = tmp_path_factory.mktemp("shortcuts")
+    inbox = tmp / "in"
+    inbox.mkdir()
+    honest = {}
+    for sc in SHORTCUTS:
+        a = sc.assignment
+        others = tuple(c for c in solution_cells(a) if c not in sc.cells) if sc.unanswered else ()
+        nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, dict(sc.cells), unanswered=others)
+        nbformat.write(nb, inbox / f"{_student(sc.id)}_{a}.ipynb")
+    for a, m in CONTRACT:
+        nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, {m.cell: m.source, **m.extra_cells})
+        nbformat.write(nb, inbox / f"{_student('contract-' + m.id)}_{a}.ipynb")
+    for a in sorted({sc.assignment for sc in SHORTCUTS}):
+        release = EXERCISES / a / f"{a}.ipynb"
+        nbformat.write(student_notebook(release, a), inbox / f"honest_{a}.ipynb")
+        honest[(a, "honest")] = "the reference solution"
+        for alt in catalog.alternatives(a):
+            st = _student(f"alt-{alt.id}")
+            nbformat.write(student_notebook(release, a, dict(alt.cells)), inbox / f"{st}_{a}.ipynb")
+            honest[(a, st)] = alt.description
+    res = cohort.run_cohort(inbox, tmp / "course", EXERCISE_IDS, workers=2, timeout=60, feedback=False,
+                            progress=False, say=lambda *a: None)
+    recs = {(r.assignment, r.student): r for r in res.records}
+    in_kernel = {}
+    with Gradebook(f"sqlite:///{res.root / 'gradebook.db'}") as gb:
+        for (a, s) in recs:
+            sub = gb.find_submission_notebook(a, a, s)
+            in_kernel[(a, s)] = {g.name: float(g.auto_score or 0) for g in sub.grades}
+    with open(res.root / "flags.csv") as fh:
+        flags = {(r["assignment"], r["student"]): r for r in csv.DictReader(fh)}
+    return res, recs, in_kernel, flags, honest
+
+
+def test_the_batch_ran_in_the_sandbox(graded):
+    res = graded[0]
+    assert res.sandbox == ("bwrap" if BWRAP else "limits")
+
+
+@pytest.mark.parametrize("sc", SHORTCUTS, ids=lambda s: s.id)
+def test_each_shortcut_loses_its_points_and_is_flagged(graded, sc):
+    _, recs, in_kernel, flags, _ = graded
+    r = recs[(sc.assignment, _student(sc.id))]
+    assert r.status == "flagged", (r.status, r.reasons)
+    lost = set(sc.must_fail) - set(r.failed_cells)
+    assert not lost, f"kept points on {sorted(lost)}: {r.reasons}"
+    if sc.kind.startswith("tampering"):
+        assert r.score == 0, (r.score, r.reasons)
+    row = flags[(sc.assignment, _student(sc.id))]
+    assert sc.flag in row["reasons"], row["reasons"]
+    if sc.kind.startswith("delegation"):
+        # the flag names what was used, and the student's own kernel already said so
+        assert "attention_workbook." in row["reasons"]
+        assert all(in_kernel[(sc.assignment, _student(sc.id))][c] == 0 for c in sc.must_fail), \
+            in_kernel[(sc.assignment, _student(sc.id))]
+
+
+@pytest.mark.parametrize("a, m", CONTRACT, ids=[f"{a[:2]}-{m.id}" for a, m in CONTRACT])
+def test_each_contract_break_fails_its_visible_check_and_loses_only_there(graded, a, m):
+    """Right on some promised inputs, wrong on others: every must_fail cell loses its points with
+    the VISIBLE check's message (the student could see it before submitting), naming the mistake;
+    no other cell loses anything, and nothing is flagged (a wrong answer is not a shortcut)."""
+    res, recs, _, flags, _ = graded
+    st = _student("contract-" + m.id)
+    r = recs[(a, st)]
+    assert r.status == "ok", (r.status, r.reasons)
+    assert set(r.failed_cells) == set(m.must_fail), (sorted(r.failed_cells), m.must_fail)
+    nb = nbformat.read(res.root / "autograded" / st / a / f"{a}.ipynb", as_version=4)
+    texts = {c: error_text(nb, c) for c in m.must_fail}
+    hidden = [c for c, t in texts.items() if not t or "hidden test" in t]
+    assert not hidden, f"{m.id}: not a visible failure in {hidden}: {texts}"
+    assert any(m.hint.lower() in t.lower() for t in texts.values()), (m.hint, texts)
+    # the grade table names it from those messages (as tests/test_catalog.py requires of the rest)
+    order = list(solution_cells(a))
+    groups = catalog.named_by_errors(a, r.failed_cells, texts)
+    own = (m.cell, *m.extra_cells)
+    earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(m.cell)]
+    assert any(m in g for g in groups) and not earlier, [[x.id for x in g] for g in groups]
+    assert flags[(a, st)]["failed_cells"].split() == r.failed_cells
+
+
+def test_honest_students_and_every_alternative_get_full_marks(graded):
+    _, recs, _, _, honest = graded
+    wrong = {k: (r.score, r.max_score, r.status, r.reasons) for k, r in recs.items()
+             if k in honest and (r.score != r.max_score or r.status != "ok")}
+    assert not wrong, wrong
+    assert ("06_transformer_block", "alt-wrapped-sublayers") in honest
+    assert ("07_encoder_decoder", "alt-wrapped-sublayers") in honest
+
+
+def test_every_kind_is_catalogued_for_every_exercise():
+    kinds = {"delegation: subclass", "delegation: wrapper", "delegation: alias", "delegation: getattr",
+             "delegation: importlib", "delegation: composition", "tampering: encoded",
+             "tampering: encoded delegation"}
+    for ex in EXERCISE_IDS:
+        got = {s.kind for s in SHORTCUTS if s.assignment.startswith(ex)}
+        assert kinds <= got, (ex, kinds - got)
+        assert any(a.startswith(ex) for a, _ in CONTRACT), ex
