@@ -83,14 +83,7 @@ def test_mistake_loses_points_with_a_hint(mistake):
             f"{mistake.id}: no message contains {mistake.hint!r}:\n" + "\n---\n".join(messages.values()))
 
 
-# The hidden block_mask check does not call is_causal yet (awb_grader.hidden is maintained apart):
-# until it does, only the visible check catches these. Drop the mark once it does.
-_IS_CAUSAL = {"block_no_is_causal", "block_is_causal_ignored", "block_causal_replaces_mask", "block_causal_inverted"}
-
-
-@pytest.mark.parametrize("mistake", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="hidden block_mask does not test is_causal yet"))
-    if m.id in _IS_CAUSAL else m for m in catalog.MISTAKES], ids=lambda m: m.id)
+@pytest.mark.parametrize("mistake", catalog.MISTAKES, ids=lambda m: m.id)
 def test_hidden_part_alone_catches_the_mistake(mistake):
     """The hidden tests are not just a copy of the visible ones: they fail the mistake too."""
     ns = _namespace({mistake.cell: mistake.source, **mistake.extra_cells})

@@ -227,7 +227,7 @@ def _load_encoder_layer(block, layer):
                          "TransformerBlock")
 
 
-def _block_vs_torch(cls, pre_ln, seed, with_mask):
+def _block_vs_torch(cls, pre_ln, seed, with_mask, is_causal=False):
     own_code(cls, "TransformerBlock")
     g = rng(seed)
     for case in range(3):
@@ -252,9 +252,17 @@ def _block_vs_torch(cls, pre_ln, seed, with_mask):
             causal = torch.ones(T, T, dtype=torch.bool).tril()
             mask = keep[:, None, None, :] & causal                      # (B, 1, T, T)
             kwargs = {"src_mask": ~causal, "src_key_padding_mask": ~keep}
+        call_kwargs = {"mask": mask}
+        if is_causal:   # the block builds the causal part itself; a padding mask, if any, is passed
+            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            if with_mask:  # holes anywhere (key 0 kept): trailing padding alone never shows under causal
+                keep = torch.rand(B, T, generator=g) < 0.6
+                keep[:, 0] = True
+            call_kwargs = {"mask": keep[:, None, None, :] if with_mask else None, "is_causal": True}
+            kwargs = {"src_mask": ~causal, **({"src_key_padding_mask": ~keep} if with_mask else {})}
         with torch.no_grad():
             want = layer(x, **kwargs)
-            out = call(block, x, mask=mask, name="TransformerBlock.forward")
+            out = call(block, x, **call_kwargs, name="TransformerBlock.forward")
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape):
             fail_values("TransformerBlock(x)", out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
                         f"B={B}, T={T}, D={D}, H={H}", TORCH_TOL)
@@ -262,7 +270,8 @@ def _block_vs_torch(cls, pre_ln, seed, with_mask):
         if not close(out[rows], want[rows], atol=1e-5, rtol=1e-5):
             fail_values(f"TransformerBlock(pre_ln={pre_ln}) vs nn.TransformerEncoderLayer(norm_first={pre_ln})",
                         out[rows], want[rows],
-                        f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}, mask={'causal+padding' if with_mask else 'None'}",
+                        f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}, mask={'causal+padding' if with_mask else 'None'}"
+                        f"{', is_causal=True' if is_causal else ''}",
                         TORCH_TOL)
 
 
@@ -277,6 +286,8 @@ def block_post_ln(TransformerBlock) -> None:
 def block_mask(TransformerBlock) -> None:
     _block_vs_torch(TransformerBlock, True, 630, with_mask=True)
     _block_vs_torch(TransformerBlock, False, 640, with_mask=True)
+    _block_vs_torch(TransformerBlock, True, 650, with_mask=False, is_causal=True)
+    _block_vs_torch(TransformerBlock, False, 660, with_mask=True, is_causal=True)
 
 
 # ----------------------------------------------------------------------------------------

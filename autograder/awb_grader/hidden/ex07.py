@@ -119,7 +119,7 @@ def _model_cases(cls, seed, n_cases):
     g = rng(seed)
     for case in range(n_cases):
         H = randint(g, 1, 4)
-        D = H * randint(g, 4, 8)
+        D = H * 2 * randint(g, 2, 4)
         src_vocab, tgt_vocab = randint(g, 6, 30), randint(g, 6, 30)
         pad_id = randint(g, 0, 3)
         max_len = randint(g, 8, 20)
