@@ -8,6 +8,7 @@ catalog tests, the alternatives tests and the demo cohort all go through here.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 import nbformat
 
 from .course import SOLUTIONS, Course
+from .warm import warm_kernels
 
 _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
@@ -86,26 +88,31 @@ class Graded:
 
 
 def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: Path | None = None,
-                   timeout: int | None = None, files: dict[str, Path] | None = None) -> Graded:
+                   timeout: int | None = None, files: dict[str, Path] | None = None,
+                   warm: bool = True) -> Graded:
     """Autograde one submission per entry of ``variants`` ({student: {grade_id: code}}) and
-    per entry of ``files`` ({student: notebook to submit as it is})."""
+    per entry of ``files`` ({student: notebook to submit as it is}). ``warm``: nbgrader starts
+    each notebook's kernel by forking a process that has PyTorch imported (``warm.py``), not a
+    new Python (no sandbox either way)."""
     root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
-    course = Course(root, release_dir=root / "release", timeout=timeout)
-    course.generate_assignment(assignment)
-    release_nb = course.release_root / assignment / f"{assignment}.ipynb"
-    with tempfile.TemporaryDirectory() as tmp:
-        for student, overrides in variants.items():
-            p = Path(tmp) / f"{student}.ipynb"
-            nbformat.write(student_notebook(release_nb, assignment, overrides), p)
-            course.submit(student, assignment, p)
-    for student, path in (files or {}).items():
-        course.submit(student, assignment, path)
-    scores = {}
-    for student in [*variants, *(files or {})]:
-        res = course.autograde(assignment, student)
-        if not res["success"]:
-            raise RuntimeError(f"autograde of {student} failed: {res.get('error')}\n{res.get('log')}")
-        scores[student] = course.scores(assignment, student)
+    with contextlib.ExitStack() as stack:
+        extra = stack.enter_context(warm_kernels()) if warm else {}
+        course = Course(root, release_dir=root / "release", timeout=timeout, extra=dict(extra))
+        course.generate_assignment(assignment)
+        release_nb = course.release_root / assignment / f"{assignment}.ipynb"
+        with tempfile.TemporaryDirectory() as tmp:
+            for student, overrides in variants.items():
+                p = Path(tmp) / f"{student}.ipynb"
+                nbformat.write(student_notebook(release_nb, assignment, overrides), p)
+                course.submit(student, assignment, p)
+        for student, path in (files or {}).items():
+            course.submit(student, assignment, path)
+        scores = {}
+        for student in [*variants, *(files or {})]:
+            res = course.autograde(assignment, student)
+            if not res["success"]:
+                raise RuntimeError(f"autograde of {student} failed: {res.get('error')}\n{res.get('log')}")
+            scores[student] = course.scores(assignment, student)
     return Graded(scores, course.max_scores(assignment), course)
 
 

@@ -1,0 +1,120 @@
+"""Warm grading kernels (``awb_grader.warm``): forked from a process with PyTorch imported, they
+must grade exactly as nbgrader's default kernel does, and behave as a kernel of its own."""
+
+import os
+import re
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from awb_grader import catalog
+from awb_grader.variants import grade_variants
+from awb_grader.warm import KERNEL_NAME, warm_kernels
+
+A = "04_queries_keys_values"
+pytestmark = pytest.mark.slow   # every test here starts kernels
+
+
+def _outputs(nb):
+    """Per graded cell: what a grade or a feedback page is made of (types, texts, errors), with
+    ANSI codes and memory addresses removed, and a stream's consecutive pieces joined."""
+    def clean(s):
+        return re.sub(r"0x[0-9a-f]+", "0x?", re.sub(r"\x1b\[[0-9;]*m", "", s))
+
+    out = {}
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or not gid:
+            continue
+        items = []
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream":   # how a stream is cut into messages is timing
+                if items and items[-1][0] == o.name:
+                    items[-1] = (o.name, items[-1][1] + clean(o.text))
+                else:
+                    items.append((o.name, clean(o.text)))
+            elif o.output_type == "error":
+                items.append(("error", o.ename, clean(o.evalue)))
+            else:
+                items.append((o.output_type, sorted(o.get("data", {}))))
+        out[gid] = items
+    return out
+
+
+def test_warm_kernels_grade_exactly_as_new_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "always")
+    mistakes = [m for m in catalog.mistakes(A) if m.hint][:3]
+    variants = {"reference": {}, **{f"mistake-{m.id}": {m.cell: m.source, **m.extra_cells} for m in mistakes},
+                "alternative": dict(catalog.alternatives(A)[0].cells)}
+    warm = grade_variants(A, variants, tmp_path / "warm", timeout=60, warm=True)
+    cold = grade_variants(A, variants, tmp_path / "cold", timeout=60, warm=False)
+    assert warm.scores == cold.scores
+    for student in variants:
+        assert _outputs(warm.autograded(student, A)) == _outputs(cold.autograded(student, A)), student
+    assert len({warm.total(s) for s in variants}) > 1, "the variants must not all score alike"
+
+
+PROBE = """\
+import os, sys, numpy
+print(os.getcwd() == {cwd!r}, sys.path[0] in ('', {cwd!r}), os.environ.get('AWB_WARM_PROBE'))
+print('seed', numpy.random.randint(1 << 30))
+print('torch' in sys.modules, 'attention_workbook' in sys.modules)
+"""
+
+
+def _run(cells, cwd, timeout=60):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+def _text(cell):
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_a_warm_kernel_is_a_fresh_process_of_its_own(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    with warm_kernels():
+        # set after the zygote started: a kernel still sees it (it reads its own environment)
+        monkeypatch.setenv("AWB_WARM_PROBE", "seen")
+        nb_a = _run([PROBE.format(cwd=str(a))], a)
+        nb_b = _run([PROBE.format(cwd=str(b)), "import time\nwhile True: time.sleep(0.01)", "print('after')"], b, timeout=3)
+    lines_a, lines_b = _text(nb_a.cells[0]).splitlines(), _text(nb_b.cells[0]).splitlines()
+    assert lines_a[0] == "True True seen" and lines_b[0] == "True True seen"
+    assert lines_a[1] != lines_b[1], "two kernels drew the same NumPy seed"
+    assert lines_a[2] == "True False", "torch preloaded, the workbook's own package not"
+    # the looping cell was interrupted at its time limit, and the same kernel went on
+    assert any(o.output_type == "error" and o.ename == "KeyboardInterrupt" for o in nb_b.cells[1].outputs)
+    assert _text(nb_b.cells[2]) == "after\n"
+
+
+def test_a_kernel_the_zygote_cannot_honour_starts_new(tmp_path, monkeypatch, capfd):
+    with warm_kernels():
+        monkeypatch.setenv("PYTHONHASHSEED", "123")   # read when Python starts: not the zygote's
+        nb = _run(["import sys, os\nprint(sys.flags.hash_randomization, os.environ['PYTHONHASHSEED'], 'torch' in sys.modules)"],
+                  tmp_path)
+    assert _text(nb.cells[0]) == "1 123 False\n"
+    assert "differs from the zygote's in PYTHONHASHSEED" in capfd.readouterr().err
+
+
+def test_nothing_is_left_running(tmp_path):
+    import subprocess
+
+    def processes():
+        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        return [line for line in ps.splitlines() if "awb_grader.warm" in line or "ipykernel" in line]
+
+    before = processes()
+    with warm_kernels():
+        zygote = [p for p in processes() if p not in before]
+        assert any("serve" in p for p in zygote)
+        _run(["print(1)"], tmp_path)
+    deadline = time.time() + 10
+    while time.time() < deadline and [p for p in processes() if p not in before]:
+        time.sleep(0.2)
+    assert [p for p in processes() if p not in before] == []
+    assert os.environ.get("AWB_WARM_SOCKET") is None
