@@ -8,6 +8,9 @@ of one exercise it measures, side by side on the same machine:
 
 1. a bare ``nbclient`` execution of one correct notebook (the floor: a kernel + the cells);
 2. ``nbgrader autograde ASSIGNMENT`` (the real CLI, sequential, nbgrader's default kernel);
+   then the same grading through nbgrader's Python API, once with warm kernels
+   (``awb_grader.warm``: each kernel forked from a process that has PyTorch imported, as the
+   catalog tests grade) and once with a new kernel per notebook;
 3. the same grading in parallel shards (``awb_grader.parallel``, no sandbox, no verdict,
    no feedback): the speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
@@ -20,6 +23,7 @@ projected for 300 students x 9 exercises. Prints figures only; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -114,6 +118,30 @@ def main() -> None:
     print(f"[2] sequential `nbgrader autograde` of {len(gradable)} submissions: {t_seq:.1f} s "
           f"({t_seq / len(gradable):.2f} s/notebook, {t_seq / len(gradable) / t_bare:.2f}x bare; CPU {c_seq:.1f} s)  "
           f"rc={proc.returncode}  [{load()}]")
+
+    # 2w. the same grading with warm kernels (awb_grader.warm: forked from a process that has
+    # PyTorch imported), through nbgrader's API as the catalog tests grade; and once more with
+    # new kernels through the same API, so the two differ only in how the kernel starts
+    from awb_grader.warm import warm_kernels
+
+    def api_sequential(name: str, warm: bool) -> tuple[float, float]:
+        with contextlib.ExitStack() as stack:
+            extra = stack.enter_context(warm_kernels()) if warm else {}
+            course = Course(work / name, release_dir=work / name / "release", extra=dict(extra))
+            course.generate_assignment(A)
+            for s, p in gradable.items():
+                course.submit(s, A, p)
+            t0, c0 = time.perf_counter(), cpu()
+            for s in gradable:
+                course.autograde(A, s)
+            return time.perf_counter() - t0, cpu() - c0
+
+    for name, warm in (("api_warm", True), ("api_new", False)):
+        t_api, c_api = api_sequential(name, warm)
+        print(f"[2{'w' if warm else 'n'}] sequential autograde through nbgrader's API, "
+              f"{'warm kernels (forked, PyTorch preloaded)' if warm else 'a new kernel per notebook'}: "
+              f"{t_api:.1f} s ({t_api / len(gradable):.2f} s/notebook, {t_api / len(gradable) / t_bare:.2f}x bare; "
+              f"CPU {c_api:.1f} s{', not counting the kernels: the zygote reaps them' if warm else ''})  [{load()}]")
 
     # 3. the same in parallel shards (no sandbox, no verdict, no feedback)
     par = Course(work / "par", release_dir=work / "par" / "release")
