@@ -101,20 +101,53 @@ def test_a_kernel_the_zygote_cannot_honour_starts_new(tmp_path, monkeypatch, cap
     assert "differs from the zygote's in PYTHONHASHSEED" in capfd.readouterr().err
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie has ended
+    except OSError:
+        return False
+
+
 def test_nothing_is_left_running(tmp_path):
+    """Kernels end with their notebook; a kernel still running when its grader stops the zygote
+    ends too, and so do the zygote and the launchers."""
     import subprocess
 
-    def processes():
-        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-        return [line for line in ps.splitlines() if "awb_grader.warm" in line or "ipykernel" in line]
+    from jupyter_client.manager import KernelManager
 
-    before = processes()
+    def ours():
+        """This test process's descendants that are zygotes, launchers or kernels (the other
+        pytest worker's kernels are not counted)."""
+        rows = [line.split(None, 2) for line in
+                subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout.splitlines()]
+        parent = {int(r[0]): int(r[1]) for r in rows if len(r) == 3}
+        args = {int(r[0]): r[2] for r in rows if len(r) == 3}
+
+        def mine(pid):
+            while pid > 1:
+                pid = parent.get(pid, 0)
+                if pid == os.getpid():
+                    return True
+            return False
+
+        return {pid: a for pid, a in args.items() if mine(pid) and ("awb_grader.warm" in a or "ipykernel" in a)}
+
     with warm_kernels():
-        zygote = [p for p in processes() if p not in before]
-        assert any("serve" in p for p in zygote)
-        _run(["print(1)"], tmp_path)
+        _run(["print(1)"], tmp_path)                      # a notebook's kernel: ends with it
+        km = KernelManager(kernel_name=KERNEL_NAME)       # a kernel still running at the end
+        km.start_kernel(cwd=str(tmp_path))
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        seen = ours()
+        assert sum("serve" in a for a in seen.values()) == 2, seen   # the zygote and its fork
+        assert sum("launch" in a for a in seen.values()) == 1, seen
+    kc.stop_channels()
     deadline = time.time() + 10
-    while time.time() < deadline and [p for p in processes() if p not in before]:
+    while time.time() < deadline and any(_alive(p) for p in seen if "launch" not in seen[p]):
         time.sleep(0.2)
-    assert [p for p in processes() if p not in before] == []
+    assert [seen[p] for p in seen if "launch" not in seen[p] and _alive(p)] == []
+    km.shutdown_kernel(now=True)                          # its launcher: already ended with it
+    assert not any(_alive(p) for p in seen)
     assert os.environ.get("AWB_WARM_SOCKET") is None
