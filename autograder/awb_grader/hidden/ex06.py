@@ -245,28 +245,28 @@ def _block_vs_torch(cls, pre_ln, seed, with_mask, is_causal=False):
         A.train(block, False)
         x = torch.randn(B, T, D, generator=g)
         keep = torch.ones(B, T, dtype=torch.bool)
-        kwargs, mask = {}, None
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
         if with_mask:
             lengths = torch.randint(1, T + 1, (B,), generator=g)
             keep = torch.arange(T)[None, :] < lengths[:, None]
-            causal = torch.ones(T, T, dtype=torch.bool).tril()
-            mask = keep[:, None, None, :] & causal                      # (B, 1, T, T)
-            kwargs = {"src_mask": ~causal, "src_key_padding_mask": ~keep}
-        call_kwargs = {"mask": mask}
-        if is_causal:   # the block builds the causal part itself; a padding mask, if any, is passed
-            causal = torch.ones(T, T, dtype=torch.bool).tril()
-            if with_mask:  # holes anywhere (key 0 kept): trailing padding alone never shows under causal
+            if is_causal:  # holes anywhere (key 0 kept): trailing padding alone never shows under causal
                 keep = torch.rand(B, T, generator=g) < 0.6
                 keep[:, 0] = True
-            call_kwargs = {"mask": keep[:, None, None, :] if with_mask else None, "is_causal": True}
-            kwargs = {"src_mask": ~causal, **({"src_key_padding_mask": ~keep} if with_mask else {})}
+        padding = keep[:, None, None, :] if with_mask else None          # (B, 1, 1, T)
+        if is_causal:   # the block builds the causal part itself; a padding mask, if any, is passed
+            call_kwargs = {"mask": padding, "is_causal": True}
+        else:
+            call_kwargs = {"mask": padding & causal if with_mask else None}  # (B, 1, T, T)
+        kwargs = {"src_mask": ~causal} if with_mask or is_causal else {}
+        if with_mask:
+            kwargs["src_key_padding_mask"] = ~keep
         with torch.no_grad():
             want = layer(x, **kwargs)
             out = call(block, x, **call_kwargs, name="TransformerBlock.forward")
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape):
             fail_values("TransformerBlock(x)", out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
                         f"B={B}, T={T}, D={D}, H={H}", TORCH_TOL)
-        rows = keep if with_mask else torch.ones(B, T, dtype=torch.bool)
+        rows = keep                                                        # every row without a mask
         if not close(out[rows], want[rows], atol=1e-5, rtol=1e-5):
             fail_values(f"TransformerBlock(pre_ln={pre_ln}) vs nn.TransformerEncoderLayer(norm_first={pre_ln})",
                         out[rows], want[rows],
