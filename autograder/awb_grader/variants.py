@@ -95,8 +95,7 @@ def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: P
     each notebook's kernel by forking a process that has PyTorch imported (``warm.py``), not a
     new Python (no sandbox either way)."""
     root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
-    with contextlib.ExitStack() as stack:
-        extra = stack.enter_context(warm_kernels()) if warm else {}
+    with warm_kernels() if warm else contextlib.nullcontext({}) as extra:
         course = Course(root, release_dir=root / "release", timeout=timeout, extra=dict(extra))
         course.generate_assignment(assignment)
         release_nb = course.release_root / assignment / f"{assignment}.ipynb"

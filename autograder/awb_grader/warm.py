@@ -138,14 +138,14 @@ def launch(argv: list[str]) -> None:
 
 
 # -- the zygote -------------------------------------------------------------------------------
-def _child(sel, listener: socket.socket, conns, req: dict, fds: list[int]) -> None:
-    """In the forked process: become the kernel ``req`` asks for, then exit."""
+def _child(sel, conn: socket.socket, req: dict, fds: list[int]) -> None:
+    """In the forked process: become the kernel ``req`` (sent over ``conn``) asks for, then exit."""
     code = 1
     try:
         os.setsid()
+        for c in [conn, *(k.fileobj for k in sel.get_map().values() if isinstance(k.fileobj, socket.socket))]:
+            c.close()   # the zygote's listener and every launcher's connection are not the kernel's
         sel.close()
-        for c in (listener, *conns):
-            c.close()
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -211,7 +211,6 @@ def serve(path: str) -> None:
     sel.register(listener, selectors.EVENT_READ, "accept")
     sel.register(sys.stdin.fileno(), selectors.EVENT_READ, "owner")
     kids: dict[int, socket.socket] = {}          # kernel pid -> its launcher's connection
-    waiting: dict[socket.socket, None] = {}      # connections that have not sent their request
     print("ready", flush=True)
     try:
         while True:
@@ -221,12 +220,10 @@ def serve(path: str) -> None:
                         return
                 elif key.data == "accept":
                     conn, _ = listener.accept()
-                    waiting[conn] = None
                     sel.register(conn, selectors.EVENT_READ, "request")
                 elif key.data == "request":
                     conn = key.fileobj
                     sel.unregister(conn)
-                    waiting.pop(conn, None)
                     try:
                         req, fds = _recv(conn, want_fds=3)
                     except (OSError, ValueError):
@@ -246,7 +243,7 @@ def serve(path: str) -> None:
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
-                        _child(sel, listener, [*kids.values(), *waiting, conn], req, fds)
+                        _child(sel, conn, req, fds)
                     for fd in fds:
                         os.close(fd)
                     kids[pid] = conn
