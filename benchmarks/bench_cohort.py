@@ -14,7 +14,8 @@ of one exercise it measures, side by side on the same machine:
 3. the same grading in parallel shards (``awb_grader.parallel``, no sandbox, no verdict,
    no feedback): the speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
-   outside verdict, feedback, export, summary) with 1 worker and with ``--workers``;
+   outside verdict, feedback, export, summary) with 1 worker and with ``--workers``, with warm
+   sandboxed kernels (the default) and, once, with a new sandboxed kernel per notebook ([4n]);
 
 then prints per-notebook costs, ratios to the bare execution, the speedups, and the time
 projected for 300 students x 9 exercises. Prints figures only; asserts nothing.
@@ -159,33 +160,47 @@ def main() -> None:
     from awb_grader.cohort import run_cohort
 
     full: dict = {}
-    order = [a.workers, 1, a.workers] if a.workers > 1 else [1]    # interleaved: the load moves
+    # interleaved (the load moves): warm sandboxed kernels (the default: forked from a zygote per
+    # worker, each jailed), and once with a new sandboxed kernel and replay per notebook ([4n],
+    # AWB_SANDBOX_WARM=0: what the grader did before, and does where warm ones are not possible)
+    order = [(a.workers, True), (1, True), (a.workers, False), (a.workers, True)] if a.workers > 1 \
+        else [(1, True), (1, False)]
     cpus: dict = {}
-    for i, w in enumerate(order):
+    for i, (w, warm) in enumerate(order):
+        os.environ["AWB_SANDBOX_WARM"] = "1" if warm else "0"
         t, c = time.perf_counter(), cpu()
         res = run_cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], workers=w, sandbox=a.sandbox,
                          progress=False, say=lambda *x: None)
-        full.setdefault(w, []).append(time.perf_counter() - t)
-        cpus.setdefault(w, []).append(cpu() - c)
+        key = (w, warm)
+        full.setdefault(key, []).append(time.perf_counter() - t)
+        cpus.setdefault(key, []).append(cpu() - c)
         per = [r.seconds for r in res.records if r.status != "ungradable"]
-        print(f"[4] cohort command (collect, repair, sandbox={res.sandbox}, autograde, outside verdict, feedback, "
-              f"export, summary), {w} worker(s): {full[w][-1]:.1f} s; per notebook median {statistics.median(per):.2f} s "
-              f"= {statistics.median(per) / t_bare:.2f}x bare; CPU {cpus[w][-1]:.1f} s outside the sandboxed kernels, "
-              f"which nbgrader kills rather than reaps (not counted)  [{load()}]")
+        tag = "[4]" if warm else "[4n]"
+        kernels = "warm kernels" if warm else "a new kernel per notebook"
+        print(f"{tag} cohort command (collect, repair, sandbox={res.sandbox}, {kernels}, autograde, outside verdict, "
+              f"feedback, export, summary), {w} worker(s): {full[key][-1]:.1f} s = {full[key][-1] / len(per):.2f} s "
+              f"per notebook of wall time; per notebook in its worker, median {statistics.median(per):.2f} s "
+              f"= {statistics.median(per) / t_bare:.2f}x bare; CPU {cpus[key][-1]:.1f} s outside the sandboxed "
+              f"kernels, which nbgrader kills rather than reaps (not counted)  [{load()}]")
         steps = {k: statistics.median([r.phases[k] for r in res.records if k in r.phases])
                  for k in ("grade", "verdict", "feedback") if any(k in r.phases for r in res.records)}
         print("    per notebook, median: " + ", ".join(f"{k} {v:.2f} s" for k, v in steps.items())
               + " (grade = check/repair + nbgrader autograde in the sandbox)")
-    full = {w: statistics.mean(ts) for w, ts in full.items()}
-    if len(full) > 1:
-        print(f"    cohort command speedup {a.workers} workers vs 1 (mean of the runs): {full[1] / full[a.workers]:.2f}x")
+    os.environ.pop("AWB_SANDBOX_WARM", None)
+    full = {k: statistics.mean(ts) for k, ts in full.items()}
+    if (1, True) in full and (a.workers, True) in full and a.workers > 1:
+        print(f"    cohort command speedup {a.workers} workers vs 1, warm kernels (mean of the runs): "
+              f"{full[(1, True)] / full[(a.workers, True)]:.2f}x")
+    if (a.workers, False) in full:
+        print(f"    warm kernels vs a new kernel per notebook, {a.workers} worker(s): "
+              f"{full[(a.workers, False)] / full[(a.workers, True)]:.2f}x faster")
 
     t_bare2 = bare_nbclient(nbdir / f"{A}.ipynb", 3)
     print(f"[1'] bare nbclient again at the end (the load moves; compare each figure with the bare run nearest "
           f"in time): {t_bare2:.2f} s  [{load()}]")
 
     # projection: 300 students x 9 exercises
-    per_nb = full[a.workers] / max(1, len(gradable))
+    per_nb = full[(a.workers, True)] / max(1, len(gradable))
     total = 300 * 9 * per_nb
     print(f"projection for 300 students x 9 exercises with the full cohort command on this machine "
           f"({a.workers} workers, {per_nb:.2f} s per notebook of wall time): {total / 3600:.1f} h; "

@@ -246,7 +246,9 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     course = Course(root, release_dir=root / "release", timeout=timeout, extra=extra)
     names = _resolve(exercises)
     say(f"sandbox: {mode}" + (" (bubblewrap: no network, read-only system, only its own folder writable; "
-                              f"memory {memory_mb} MB, {timeout} s per cell)" if mode == "bwrap" else ""))
+                              f"memory {memory_mb} MB, {timeout} s per cell"
+                              + ("; kernels forked from a zygote per worker, each jailed" if sb.warm_possible() else "")
+                              + ")" if mode == "bwrap" else ""))
 
     say(f"1/4 collect: nbgrader zip_collect on {source} for {len(names)} exercise(s)")
     for a in names:

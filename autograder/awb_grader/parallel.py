@@ -86,6 +86,16 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     if extra.get("KernelManager.transport") == "ipc":
         extra.update(ipc)
     _W.update(k=k, spec=spec, course=Course(shard, release_dir=spec.release_dir, timeout=spec.timeout, extra=extra))
+    if spec.sockets and sandbox.warm_possible():
+        # warm sandboxed kernels: forked from a zygote in this worker's sandbox (warm.py); if it
+        # cannot start, every kernel is started new, as before
+        try:
+            _W["zygote"] = sandbox.start_zygote(shard / "autograded", Path(spec.sockets) / f"w{k}")
+        except Exception as e:  # noqa: BLE001
+            import sys
+
+            print(f"awb: worker {k}: no warm kernels ({type(e).__name__}: {e}); starting a new kernel per notebook",
+                  file=sys.stderr)
 
 
 def _grade_one(task: Task) -> Result:

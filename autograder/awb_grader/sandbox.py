@@ -221,39 +221,41 @@ def kernel_command(connection_file: str, cwd: str, env: dict | None = None) -> l
                            rw=[Path(connection_file).parent], env=env)
 
 
-def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict | None = None) -> list[str]:
-    """``program`` run in the sandbox with ``cwd`` (and ``rw``) as the only writable folders."""
+def kernel_env(env: dict | None = None) -> dict:
+    """The whole environment of sandboxed code: a few variables of the grader's, nothing else."""
     env = dict(os.environ if env is None else env)
-    mode = env.get("AWB_SANDBOX_MODE", "bwrap")
-    mem = int(env.get("AWB_SANDBOX_MEM_MB", "4096")) * 2**20
-    life = int(env.get("AWB_SANDBOX_NOTEBOOK_S", "900"))
-    nproc = int(env.get("AWB_SANDBOX_NPROC", "256"))
-    fsize = int(env.get("AWB_SANDBOX_FSIZE_MB", "256")) * 2**20
-    uid = int(env.get("AWB_SANDBOX_UID", "60000"))
-    root = os.geteuid() == 0
-
     kenv = {k: v for k, v in env.items()
             if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                      "NBGRADER_EXECUTION", "PYTHONHASHSEED", "AWB_SMOKE", "TORCH_NUM_THREADS")
             or (k.startswith("AWB_") and not k.startswith(("AWB_DB", "AWB_SANDBOX", "AWB_COURSE")))}
     kenv.update({"HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl", "IPYTHONDIR": "/tmp/ipython",
                  "PYTHONDONTWRITEBYTECODE": "1"})
-    limits = ["prlimit", f"--as={mem}", f"--cpu={life}", f"--fsize={fsize}", "--core=0"]
-    if mode == "bwrap":
-        # counts every process of the (sandbox) user: only meaningful with a uid of its own
-        limits.insert(2, f"--nproc={nproc}")
-    inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
-             *program]
-    if mode != "bwrap":
-        return ["timeout", "-s", "KILL", str(life), *inner]
+    return kenv
 
+
+def limits_of(env: dict | None = None) -> dict:
+    """The sandbox's limits, as configure() left them in the environment."""
+    env = os.environ if env is None else env
+    return {"memory_mb": int(env.get("AWB_SANDBOX_MEM_MB", "4096")),
+            "life_s": int(env.get("AWB_SANDBOX_NOTEBOOK_S", "900")),
+            "nproc": int(env.get("AWB_SANDBOX_NPROC", "256")),
+            "fsize_mb": int(env.get("AWB_SANDBOX_FSIZE_MB", "256")),
+            "uid": int(env.get("AWB_SANDBOX_UID", "60000"))}
+
+
+def _readonly(*more: Path) -> list[Path]:
+    """What sandboxed code may read besides the system: Python, the workbook's package, the
+    hidden checks and the replay (never solutions/, the gradebook or other students' files)."""
     ro = [Path(sys.prefix), Path(sys.base_prefix), REPO / "attention_workbook",
           AUTOGRADER / "awb_grader" / "__init__.py", AUTOGRADER / "awb_grader" / "hidden",
-          AUTOGRADER / "awb_grader" / "replay.py"]
-    ro = [p for p in ro if p.exists() and not str(p).startswith("/usr")]
-    rw = [Path(cwd), *map(Path, rw)]
-    cmd = ["timeout", "-s", "KILL", str(life), "bwrap",
-           "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+          AUTOGRADER / "awb_grader" / "replay.py", *more]
+    return [p for p in ro if p.exists() and not str(p).startswith("/usr")]
+
+
+def _bwrap(cwd: str, ro: list[Path], rw: list[Path]) -> list[str]:
+    """bubblewrap's part of a sandbox command: namespaces, the system read-only, ``ro``
+    read-only, ``rw`` writable, a private /tmp, working directory ``cwd``."""
+    cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", *_system_binds()]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     for d in _ancestors(ro + rw):
@@ -263,15 +265,87 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     for p in rw:
         cmd += ["--bind", str(p), str(p)]
     cmd += ["--chdir", str(cwd)]
-    if root:
+    if os.geteuid() != 0:
+        cmd.insert(1, "--unshare-user")
+    return cmd
+
+
+def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict | None = None) -> list[str]:
+    """``program`` run in the sandbox with ``cwd`` (and ``rw``) as the only writable folders."""
+    env = dict(os.environ if env is None else env)
+    mode = env.get("AWB_SANDBOX_MODE", "bwrap")
+    lim = limits_of(env)
+    kenv = kernel_env(env)
+    limits = ["prlimit", f"--as={lim['memory_mb'] * 2**20}", f"--cpu={lim['life_s']}",
+              f"--fsize={lim['fsize_mb'] * 2**20}", "--core=0"]
+    if mode == "bwrap":
+        # counts every process of the (sandbox) user: only meaningful with a uid of its own
+        limits.insert(2, f"--nproc={lim['nproc']}")
+    inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
+             *program]
+    if mode != "bwrap":
+        return ["timeout", "-s", "KILL", str(lim["life_s"]), *inner]
+
+    cmd = ["timeout", "-s", "KILL", str(lim["life_s"]), *_bwrap(cwd, _readonly(), [Path(cwd), *map(Path, rw)])]
+    if os.geteuid() == 0:
         # bwrap as root (it needs root to bind /root/...); the kernel then drops to an
         # unprivileged uid with no capabilities, so that the process limit is enforced
+        uid = lim["uid"]
         cmd += ["--cap-add", "CAP_SETUID,CAP_SETGID",
                 "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
-    else:
-        cmd.insert(cmd.index("bwrap") + 1, "--unshare-user")
     return cmd + inner
+
+
+# -- warm sandboxed kernels (a zygote per grading worker, see warm.py) ---------------------------
+ZYGOTE_ENV = "AWB_SANDBOX_ZYGOTE"            # the worker's zygote's socket
+ZYGOTE_ROOT_ENV = "AWB_SANDBOX_ZYGOTE_ROOT"  # the folder its kernels may work in (the shard's autograded/)
+# what the zygote keeps of root's powers inside its sandbox: enough to build each kernel's
+# namespaces and mounts, drop to the sandbox uid, and kill its kernels (the kernels keep none)
+ZYGOTE_CAPS = "CAP_SYS_ADMIN,CAP_SETUID,CAP_SETGID,CAP_SETPCAP,CAP_KILL"
+
+
+def warm_possible(env: dict | None = None) -> bool:
+    """Warm sandboxed kernels need bubblewrap and root (to jail each kernel under the sandbox's
+    own uid); ``AWB_SANDBOX_WARM=0`` turns them off."""
+    env = os.environ if env is None else env
+    return (env.get("AWB_SANDBOX_MODE") == "bwrap" and os.geteuid() == 0 and env.get("AWB_SANDBOX_WARM", "1") != "0"
+            and bwrap_works())
+
+
+def start_zygote(work_root: Path, private: Path):
+    """Start this grading worker's zygote in the sandbox: it may write only in ``work_root``
+    (where nbgrader puts each submission it grades), in its kernels' socket folder
+    (``private``/sock) and in its own folder. Sets the variables the launchers read; returns
+    the :class:`warm.Zygote`."""
+    from . import warm
+
+    work_root, private = Path(work_root).resolve(), Path(private).resolve()
+    work_root.mkdir(parents=True, exist_ok=True)
+    sock, zdir = private / "sock", private / "z"
+    sock.mkdir(parents=True, exist_ok=True)
+    zdir.mkdir(mode=0o700, exist_ok=True)
+    jail = {**limits_of(), "hide": [str(work_root), str(zdir)]}
+    kenv = kernel_env()
+
+    def wrap(program: list[str]) -> list[str]:
+        return [*_bwrap(str(zdir), _readonly(AUTOGRADER / "awb_grader" / "warm.py"), [work_root, sock, zdir]),
+                "--cap-add", ZYGOTE_CAPS, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())), *program]
+
+    zygote = warm.Zygote(zdir, wrap, jail)
+    os.environ[ZYGOTE_ENV] = zygote.path
+    os.environ[ZYGOTE_ROOT_ENV] = str(work_root)
+    return zygote
+
+
+def warm_request(kind: str, argv: list[str], cwd: str) -> dict | None:
+    """What to ask this worker's zygote for (None: no zygote, or ``cwd`` is outside its folder)."""
+    root = os.environ.get(ZYGOTE_ROOT_ENV)
+    if not os.environ.get(ZYGOTE_ENV) or not root or os.environ.get("AWB_SANDBOX_MODE") != "bwrap":
+        return None
+    if not (cwd + "/").startswith(root.rstrip("/") + "/"):
+        return None
+    return {"argv": argv, "cwd": cwd, "env": kernel_env(), "kind": kind}
 
 
 def _chown_tree(path: Path, uid: int) -> None:
@@ -282,6 +356,18 @@ def _chown_tree(path: Path, uid: int) -> None:
                 os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
             except OSError:
                 pass
+
+
+def _empty_folder(folder: Path) -> None:
+    """Empty ``folder`` (made if missing), keeping the folder itself: a zygote's sandbox binds it.
+    What a previous kernel left there (it was writable to it: a symlink in place of the
+    connection file, say) is removed, never followed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
 
 
 def launch(argv: list[str]) -> None:
@@ -295,7 +381,7 @@ def launch(argv: list[str]) -> None:
     if private:
         # the sandbox sees only this folder: the kernel's own sockets and connection file
         sock = Path(private) / "sock"
-        sock.mkdir(parents=True, exist_ok=True)
+        _empty_folder(sock)
         copy = sock / "connection.json"
         shutil.copyfile(conn, copy)
         conn = str(copy)
@@ -306,7 +392,6 @@ def launch(argv: list[str]) -> None:
         _chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
-    cmd = kernel_command(conn, cwd)
     if private:
         # the kernel's own chatter ("NOTE: When using the `ipython kernel` entry point...") goes
         # to a log in the worker's runtime folder instead of the grader's terminal
@@ -314,8 +399,35 @@ def launch(argv: list[str]) -> None:
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
+    request = warm_request("kernel", ["-f", conn], cwd) if private else None
+    if request:
+        from . import warm
+
+        why = warm.handoff(os.environ[ZYGOTE_ENV], request)     # returns only if the zygote could not
+        print(f"awb sandbox: no warm kernel ({why}); starting a new one", file=sys.stderr, flush=True)
+    cmd = kernel_command(conn, cwd)
+    os.execvp(cmd[0], cmd)
+
+
+REPLAY = [sys.executable, "-m", "awb_grader.replay"]
+
+
+def launch_replay() -> None:
+    """``python -m awb_grader.sandbox --replay``: the outside verdict's replay process
+    (``replay.py``) in the sandbox, on this process's standard streams, forked from the worker's
+    zygote when there is one."""
+    cwd = os.getcwd()
+    request = warm_request("replay", [], cwd)
+    if request:
+        from . import warm
+
+        warm.handoff(os.environ[ZYGOTE_ENV], request)            # returns only if the zygote could not
+    cmd = sandbox_command(REPLAY, cwd)
     os.execvp(cmd[0], cmd)
 
 
 if __name__ == "__main__":
-    launch(sys.argv[1:])
+    if sys.argv[1:2] == ["--replay"]:
+        launch_replay()
+    else:
+        launch(sys.argv[1:])

@@ -161,12 +161,17 @@ class Replay:
 
         self.timeout = timeout
         self.unsupported: str | None = None
-        program = [sys.executable, "-m", "awb_grader.replay"]
+        program = sandbox.REPLAY
         mode = os.environ.get("AWB_SANDBOX_MODE", "off")
         if mode == "bwrap" and os.geteuid() == 0:
             sandbox._chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
-        cmd = sandbox.sandbox_command(program, str(cwd), env=env) if mode in ("bwrap", "limits") else program
+        if sandbox.warm_request("replay", [], str(Path(cwd).resolve())):
+            cmd = [sys.executable, "-m", "awb_grader.sandbox", "--replay"]   # forked from the worker's zygote
+        elif mode in ("bwrap", "limits"):
+            cmd = sandbox.sandbox_command(program, str(cwd), env=env)
+        else:
+            cmd = program
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
         self._send_raw(json.dumps(cells).encode())

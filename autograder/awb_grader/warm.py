@@ -29,8 +29,17 @@ variable read when Python or PyTorch start (``PYTHON*``, ``OMP_*``, ``MKL_*``, `
 since a forked kernel could not honour it. If the launcher loses the zygote, or the zygote its
 owner, the kernels go too (nothing is left running).
 
-Not for the sandbox: a sandboxed kernel runs in a bubblewrap namespace of its own, made when
-it starts (see ``sandbox.py``); those kernels are started new every time.
+**In the sandbox** (``sandbox.py``, bubblewrap, the grader running as root): the zygote itself
+runs inside a bubblewrap sandbox of its grading worker (no network, read-only system, the
+worker's ``autograded/`` folder and its kernels' socket folder writable) and keeps only the
+capabilities it needs to build a jail; every kernel it forks is jailed before any student code
+runs (:func:`_jailed`): new PID, mount, IPC and network namespaces (so every process the
+student's code starts dies with the kernel, and nothing one kernel leaves in ``/tmp``,
+``/dev/shm`` or an IPC object reaches the next), a fresh ``/proc``, ``/tmp`` and ``/dev/shm``,
+the worker's ``autograded/`` folder replaced by an empty one holding only this submission's
+folder, the sandbox's resource limits, the sandbox's unprivileged uid with every capability
+dropped and ``no_new_privs`` set, and the wall-clock limit. The same zygote also forks the
+outside-verdict replay process (``replay.py``), jailed the same way.
 """
 
 from __future__ import annotations
@@ -102,26 +111,26 @@ def _cold(argv: list[str], why: str | None) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv])
 
 
-def launch(argv: list[str]) -> None:
-    path = os.environ.get(SOCKET_ENV)
-    if not path:
-        _cold(argv, f"{SOCKET_ENV} is not set")
+def handoff(path: str, request: dict) -> str:
+    """Ask the zygote at ``path`` to fork the process ``request`` describes (``argv``, ``cwd``,
+    ``env``, ``kind``: "kernel" or "replay"), handing it this process's standard streams.
+    On success this process stands in for it (forwards signals, exits with its status) and
+    never returns; otherwise returns why the zygote could not."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
+        _send(sock, request, [0, 1, 2])
         answer, _ = _recv(sock)
     except OSError as e:
         sock.close()
-        _cold(argv, f"the zygote at {path} cannot be reached ({e})")
+        return f"the zygote at {path} cannot be reached ({e})"
     if not answer or "pid" not in answer:
         sock.close()
-        _cold(argv, (answer or {}).get("refused", "the zygote closed the connection"))
-    pid = answer["pid"]
+        return (answer or {}).get("refused", "the zygote closed the connection")
 
     def forward(signum, _frame):
         try:
-            os.killpg(pid, signum)
+            _send(sock, {"signal": int(signum)})
         except OSError:
             pass
 
@@ -137,42 +146,72 @@ def launch(argv: list[str]) -> None:
     os._exit(status if 0 <= status < 256 else 1)
 
 
+def launch(argv: list[str]) -> None:
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        _cold(argv, f"{SOCKET_ENV} is not set")
+    why = handoff(path, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "kind": "kernel"})
+    _cold(argv, why)
+
+
 # -- the zygote -------------------------------------------------------------------------------
-def _child(sel, conn: socket.socket, req: dict, fds: list[int]) -> None:
-    """In the forked process: become the kernel ``req`` (sent over ``conn``) asks for, then exit."""
+def _forget_zygote(sel, conn: socket.socket) -> None:
+    """In a forked process: close the zygote's listener and every launcher's connection."""
+    for c in [conn, *(k.fileobj for k in sel.get_map().values() if isinstance(k.fileobj, socket.socket))]:
+        c.close()
+    sel.close()
+
+
+def _become(req: dict, fds: list[int]) -> int:
+    """In the forked process: take the launcher's streams, directory and environment, and run
+    the kernel (or the replay) ``req`` asks for; returns its exit status."""
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    # `python -m ...` starts with its working directory first on sys.path
+    sys.path[0] = os.getcwd()
+    # what a new process would draw anew
+    import random
+
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if req.get("kind") == "replay":
+        sys.argv = [sys.argv[0]]
+        from . import replay
+
+        replay.main()
+        return 0
+    # the grader's own modules are not the kernel's (a new kernel would not have them)
+    for name in [m for m in sys.modules if m == "awb_grader" or m.startswith("awb_grader.")]:
+        del sys.modules[name]
+    import importlib.util
+
+    sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *req["argv"]]
+    from ipykernel import kernelapp
+
+    argv = list(req["argv"])
+    if os.environ.get("JPY_PARENT_PID"):
+        # a trait whose default ipykernel read from the environment when it was imported
+        # (here: in the zygote, where it was not set)
+        argv.append(f"--IPKernelApp.parent_handle={int(os.environ['JPY_PARENT_PID'])}")
+    kernelapp.launch_new_instance(argv=argv)
+    return 0
+
+
+def _run_and_exit(req: dict, fds: list[int]) -> None:
+    """Run ``_become`` and leave the process with its status (never returns)."""
     code = 1
     try:
-        os.setsid()
-        for c in [conn, *(k.fileobj for k in sel.get_map().values() if isinstance(k.fileobj, socket.socket))]:
-            c.close()   # the zygote's listener and every launcher's connection are not the kernel's
-        sel.close()
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds[:3]):
-            os.dup2(fd, target)
-        for fd in fds:
-            if fd > 2:
-                os.close(fd)
-        os.chdir(req["cwd"])
-        os.environ.clear()
-        os.environ.update(req["env"])
-        # `python -m ipykernel_launcher` starts with its working directory first on sys.path
-        sys.path[0] = os.getcwd()
-        import importlib.util
-
-        sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *req["argv"]]
-        if "numpy" in sys.modules:       # a new process would draw a new global NumPy seed
-            sys.modules["numpy"].random.seed()
-        from ipykernel import kernelapp
-
-        argv = list(req["argv"])
-        if os.environ.get("JPY_PARENT_PID"):
-            # a trait whose default ipykernel read from the environment when it was imported
-            # (here: in the zygote, where it was not set)
-            argv.append(f"--IPKernelApp.parent_handle={int(os.environ['JPY_PARENT_PID'])}")
-        kernelapp.launch_new_instance(argv=argv)
-        code = 0
+        code = _become(req, fds)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - the kernel died: say why where a kernel's stderr goes
@@ -191,9 +230,178 @@ def _child(sel, conn: socket.socket, req: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(path: str) -> None:
+def _child(sel, conn: socket.socket, req: dict, fds: list[int]) -> None:
+    """In the forked process (zygote outside a sandbox): become the kernel, then exit."""
+    try:
+        os.setsid()
+        _forget_zygote(sel, conn)
+    except BaseException:  # noqa: BLE001
+        os._exit(1)
+    _run_and_exit(req, fds)
+
+
+# -- the jail (the zygote inside the sandbox) ----------------------------------------------------
+# Linux constants (<sched.h>, <sys/mount.h>, <sys/prctl.h>)
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 8192, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_LIBC = None
+
+
+def _sys(name: str, *args) -> None:
+    """Call a libc function; raise OSError when it fails."""
+    global _LIBC
+    import ctypes
+
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    args = [a.encode() if isinstance(a, str) else a for a in args]
+    if getattr(_LIBC, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}{tuple(args)}: {os.strerror(err)}")
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _mount_points() -> list[str]:
+    """This process's mount points (``/proc/self/mountinfo``, octal escapes undone)."""
+    import re
+
+    with open("/proc/self/mountinfo") as fh:
+        return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in fh]
+
+
+def _mounts(cwd: str, hide: list[str]) -> None:
+    """The kernel's own view of the files, as bubblewrap gives a new sandboxed kernel (run as pid
+    1 of its PID namespace, in its own mount namespace): a fresh /proc, an empty /tmp, an empty
+    /dev/shm writable only by root; every folder of ``hide`` (bound writable for all the
+    worker's kernels: the worker's ``autograded/``, the zygote's own folder) gone, except the
+    kernel's own folder ``cwd``. What the sandbox bound under /tmp (Python, the workbook, the
+    kernel's socket folder, when they lie there) is moved aside and back, flags and all."""
+    _sys("mount", None, "/", None, MS_REC | MS_PRIVATE, None)
+    stage = "/dev/shm"
+    _sys("mount", "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    held: list[tuple[str, str]] = []
+
+    def hold(src: str, bind: bool) -> None:
+        h = f"{stage}/{len(held)}"
+        os.mkdir(h, 0o700)
+        _sys("mount", src, h, None, MS_BIND | MS_REC if bind else MS_MOVE, None)
+        held.append((h, src))
+
+    kept = list(dict.fromkeys(m for m in _mount_points() if m.startswith("/tmp/") and not _under(m, hide)))
+    for m in kept:
+        if not _under(m, [o for o in kept if o != m]):     # (its parent mount carries it)
+            hold(m, bind=False)
+    hold(cwd, bind=True)
+    _sys("mount", "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for root in hide:
+        if not _under(root, ["/tmp"]) and os.path.isdir(root):
+            _sys("mount", "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for h, target in held:
+        os.makedirs(target, 0o755, exist_ok=True)
+        _sys("mount", h, target, None, MS_MOVE, None)
+        os.rmdir(h)
+    _sys("mount", "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    _sys("mount", "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def _drop(jail: dict) -> None:
+    """Resource limits, the sandbox's uid, no capability left, no way to gain one."""
+    import resource
+
+    mb = 2 ** 20
+    for limit, value in ((resource.RLIMIT_AS, jail["memory_mb"] * mb), (resource.RLIMIT_CPU, jail["life_s"]),
+                         (resource.RLIMIT_FSIZE, jail["fsize_mb"] * mb), (resource.RLIMIT_CORE, 0),
+                         (resource.RLIMIT_NPROC, jail["nproc"])):
+        resource.setrlimit(limit, (value, value))
+    uid = jail["uid"]
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    for cap in range(64):
+        try:
+            _sys("prctl", PR_CAPBSET_DROP, cap, 0, 0, 0)
+        except OSError:
+            break               # past the last capability this kernel knows
+    os.setresuid(uid, uid, uid)  # from root to another uid: the effective and permitted capabilities go
+    _sys("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def _jailed(sel, conn: socket.socket, req: dict, fds: list[int], jail: dict) -> None:
+    """In the forked process (zygote inside the sandbox): a new PID namespace whose pid 1 (this
+    process's child) builds the kernel's jail, forks the kernel, enforces the wall-clock limit
+    and exits with the kernel's status; every process left in the namespace dies with it."""
+    code = 1
+    try:
+        os.setsid()
+        _forget_zygote(sel, conn)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(fds[2], 2)          # what goes wrong before the kernel runs: where its stderr goes
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_IGN)      # (sent to the group: meant for the kernel)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _sys("unshare", CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
+        init = os.fork()
+        if init == 0:
+            _init(req, fds, jail)
+        for fd in fds:
+            os.close(fd)
+        _, status = os.waitpid(init, 0)
+        code = os.waitstatus_to_exitcode(status)
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+    os._exit(code if 0 <= code < 256 else 1)
+
+
+def _init(req: dict, fds: list[int], jail: dict) -> None:
+    """pid 1 of the kernel's PID namespace (see ``_jailed``); never returns."""
+    code = 1
+    try:
+        _sys("prctl", PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)   # the zygote killed us: all go
+        _mounts(req["cwd"], list(jail.get("hide", [])))
+        kernel = os.fork()
+        if kernel == 0:
+            try:
+                _drop(jail)
+                tmp = req["env"].get("MPLCONFIGDIR", "")
+                if tmp.startswith("/tmp/"):
+                    os.makedirs(tmp, exist_ok=True)     # (matplotlib found its folder in the zygote)
+            except BaseException:  # noqa: BLE001 - never run student code unjailed
+                import traceback
+
+                traceback.print_exc()
+                os._exit(1)
+            _run_and_exit(req, fds)
+        for fd in fds:
+            os.close(fd)
+
+        def timeout(_signum, _frame):
+            os.kill(kernel, signal.SIGKILL)
+
+        signal.signal(signal.SIGALRM, timeout)
+        signal.alarm(int(jail["life_s"]))
+        while True:           # reap every orphan until the kernel itself ends
+            pid, status = os.wait()
+            if pid == kernel:
+                code = os.waitstatus_to_exitcode(status)
+                break
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+    os._exit(code if 0 <= code < 256 else 1)
+
+
+def serve(path: str, jail: dict | None = None) -> None:
     """The zygote: preload, say ``ready`` on stdout, fork a kernel per launcher; exit when the
-    owner closes our stdin (killing the kernels still running)."""
+    owner closes our stdin (killing the kernels still running). ``jail``: jail every kernel
+    (the zygote runs in the sandbox; see ``_jailed``)."""
     import importlib
     import selectors
 
@@ -202,8 +410,14 @@ def serve(path: str) -> None:
         os.environ["MPLBACKEND"] = INLINE_BACKEND
     for name in PRELOAD:
         importlib.import_module(name)
+    if jail:
+        # what the replay imports before it reads the student's code (the kernel never sees them:
+        # see _become)
+        from . import replay  # noqa: F401
     mine = startup_env(os.environ)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(path):
+        os.unlink(path)             # a previous zygote's socket
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(16)
@@ -232,9 +446,14 @@ def serve(path: str) -> None:
                         conn.close()
                         continue
                     theirs = startup_env(req["env"])
+                    refused = None
                     if theirs != mine:
                         keys = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
-                        _send(conn, {"refused": "its environment differs from the zygote's in " + ", ".join(keys)})
+                        refused = "its environment differs from the zygote's in " + ", ".join(keys)
+                    elif len(fds) != 3:
+                        refused = "it did not send its standard streams"
+                    if refused:
+                        _send(conn, {"refused": refused})
                         conn.close()
                         for fd in fds:
                             os.close(fd)
@@ -243,14 +462,26 @@ def serve(path: str) -> None:
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
+                        if jail:
+                            _jailed(sel, conn, req, fds, jail)
                         _child(sel, conn, req, fds)
                     for fd in fds:
                         os.close(fd)
                     kids[pid] = conn
                     sel.register(conn, selectors.EVENT_READ, pid)
                     _send(conn, {"pid": pid})
-                else:  # a launcher's connection: readable means it went away
+                else:  # a launcher's connection: a signal to forward, or it went away
                     pid, conn = key.data, key.fileobj
+                    try:
+                        msg, _ = _recv(conn)
+                    except (OSError, ValueError):
+                        msg = None
+                    if msg and "signal" in msg:
+                        try:
+                            os.killpg(pid, int(msg["signal"]))
+                        except OSError:
+                            pass
+                        continue
                     sel.unregister(conn)
                     conn.close()
                     if kids.pop(pid, None) is not None:
@@ -289,14 +520,19 @@ def _kill(pid: int) -> None:
 class Zygote:
     """A running zygote owned by this process (stopped with :meth:`stop`, or when we exit)."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, wrap=None, jail: dict | None = None):
+        """``wrap(program) -> command``: how to start it (``sandbox.zygote_command``); ``jail``:
+        what every kernel's jail holds (see ``_jailed``)."""
         import subprocess
         from pathlib import Path
 
         self.folder = Path(folder)
         self.path = str(self.folder / "zygote.sock")
-        self.proc = subprocess.Popen([sys.executable, "-m", "awb_grader.warm", "serve", self.path],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.folder)
+        program = [sys.executable, "-m", "awb_grader.warm", "serve", self.path]
+        if jail:
+            program += ["--jail", json.dumps(jail)]
+        self.proc = subprocess.Popen(wrap(program) if wrap else program, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, cwd=self.folder)
         line = self.proc.stdout.readline()
         if line.strip() != b"ready":
             self.stop()
@@ -364,8 +600,8 @@ def warm_kernels():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        serve(sys.argv[2])
+        serve(sys.argv[2], json.loads(sys.argv[4]) if sys.argv[3:4] == ["--jail"] else None)
     elif sys.argv[1:2] == ["launch"]:
         launch(sys.argv[2:])
     else:
-        sys.exit("usage: python -m awb_grader.warm serve SOCKET | launch -f CONNECTION_FILE")
+        sys.exit("usage: python -m awb_grader.warm serve SOCKET [--jail JSON] | launch -f CONNECTION_FILE")
