@@ -2,6 +2,7 @@
 
 import os
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -25,6 +26,21 @@ def test_lecture_structure(path):
     assert os.path.getsize(path) < 3_000_000, "keep stored outputs small"
 
 
+def _slowest_cells(nb, n=3) -> str:
+    """The ``n`` slowest cells (index, seconds, first line), from the timing nbclient records."""
+    from datetime import datetime
+
+    times = []
+    for i, c in enumerate(nb.cells):
+        ex = c.get("metadata", {}).get("execution", {})
+        start, end = ex.get("iopub.status.busy"), ex.get("iopub.status.idle")
+        if start and end:
+            dt = (datetime.fromisoformat(end.replace("Z", "+00:00"))
+                  - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+            times.append((dt, i, c.source.splitlines()[0][:60] if c.source else ""))
+    return "; ".join(f"cell {i} {dt:.1f} s ({line})" for dt, i, line in sorted(times, reverse=True)[:n])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
 def test_lecture_executes(path, record_property):
@@ -43,5 +59,7 @@ def test_lecture_executes(path, record_property):
         os.environ.update(env_before)
     record_property("seconds", round(seconds, 1))
     print(f"\n{path.stem}: executed in {seconds:.1f} s")
+    if seconds > 120:   # (no lecture takes this long here: say which cells did, from nbclient's timing)
+        warnings.warn(f"{path.stem} took {seconds:.0f} s; slowest cells: {_slowest_cells(nb)}")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

@@ -25,6 +25,7 @@ from awb_grader.variants import solution_cells, student_notebook
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("warm_sandbox"),    # one worker: the probes count one uid's processes
     pytest.mark.skipif(not (sandbox.bwrap_works() and os.geteuid() == 0),
                        reason="warm sandboxed kernels need bubblewrap and root"),
 ]

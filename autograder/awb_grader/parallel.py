@@ -90,12 +90,23 @@ def _init_worker(spec: CourseSpec, ids) -> None:
         # warm sandboxed kernels: forked from a zygote in this worker's sandbox (warm.py); if it
         # cannot start, every kernel is started new, as before
         try:
-            _W["zygote"] = sandbox.start_zygote(shard / "autograded", Path(spec.sockets) / f"w{k}")
+            _W["zygote"] = sandbox.start_zygote(shard / "autograded", Path(spec.sockets) / f"w{k}",
+                                                meanwhile=_preload)
         except Exception as e:  # noqa: BLE001
             import sys
 
             print(f"awb: worker {k}: no warm kernels ({type(e).__name__}: {e}); starting a new kernel per notebook",
                   file=sys.stderr)
+
+
+def _preload() -> None:
+    """What this worker imports for its first notebook anyway (the outside verdict compares
+    with PyTorch; the feedback is nbconvert's HTML): while its zygote starts, not after."""
+    import nbgrader.apps  # noqa: F401
+    import torch  # noqa: F401
+
+    from . import verdict  # noqa: F401
+    from .hidden import _adapter  # noqa: F401
 
 
 def _grade_one(task: Task) -> Result:

@@ -96,7 +96,10 @@ def configure(course_root: Path, mode: str = "auto", limits: Limits | None = Non
     (grading workers and kernels inherit them)."""
     limits = limits or Limits()
     mode = resolve_mode(mode)
+    from .warm import QUICK_SHUTDOWN
+
     extra = {
+        **QUICK_SHUTDOWN,
         "Execute.timeout": limits.cell_timeout,
         "LimitOutput.max_lines": 200,
         "LimitOutputBytes.max_bytes": limits.output_bytes,
@@ -313,11 +316,11 @@ def warm_possible(env: dict | None = None) -> bool:
             and bwrap_works())
 
 
-def start_zygote(work_root: Path, private: Path):
+def start_zygote(work_root: Path, private: Path, meanwhile=None):
     """Start this grading worker's zygote in the sandbox: it may write only in ``work_root``
     (where nbgrader puts each submission it grades), in its kernels' socket folder
     (``private``/sock) and in its own folder. Sets the variables the launchers read; returns
-    the :class:`warm.Zygote`."""
+    the :class:`warm.Zygote`. ``meanwhile()`` runs while the zygote starts."""
     from . import warm
 
     work_root, private = Path(work_root).resolve(), Path(private).resolve()
@@ -332,7 +335,7 @@ def start_zygote(work_root: Path, private: Path):
         return [*_bwrap(str(zdir), _readonly(AUTOGRADER / "awb_grader" / "warm.py"), [work_root, sock, zdir]),
                 "--cap-add", ZYGOTE_CAPS, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())), *program]
 
-    zygote = warm.Zygote(zdir, wrap, jail)
+    zygote = warm.Zygote(zdir, wrap, jail, meanwhile)
     os.environ[ZYGOTE_ENV] = zygote.path
     os.environ[ZYGOTE_ROOT_ENV] = str(work_root)
     return zygote
