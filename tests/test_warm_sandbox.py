@@ -10,7 +10,8 @@ import csv
 import json
 import os
 import shutil
-import socket
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -39,6 +40,11 @@ def _status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key + ":"):
             return line.split()[1]
+def _read(path):
+    try:
+        return open(path).read()
+    except OSError as e:
+        return type(e).__name__
 def _can(f):
     try:
         f()
@@ -58,6 +64,8 @@ report = {
     "zygote_socket": _can(lambda: socket.socket(socket.AF_UNIX).connect(ZSOCK)),
     "network": _can(lambda: socket.create_connection(("1.1.1.1", 53), timeout=2)),
     "write_repo": _can(lambda: open(REPO + "/PWNED.txt", "w")),
+    "shared": _read(SHARED), "write_shared": _can(lambda: open(SHARED, "a")),
+    "init": os.path.basename(open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode()),
 }
 json.dump(report, open("probe.json", "w"))
 '''
@@ -86,6 +94,13 @@ def worker(tmp_path_factory):
     zygote, as ``parallel._init_worker`` makes them."""
     saved = dict(os.environ)
     root = tmp_path_factory.mktemp("jail")
+    # a file the sandbox binds on its own, under /tmp (as the helper package's __init__.py is
+    # when the checkout lies there): the jail must keep it where it was, read-only
+    shared = root / "shared-file.txt"
+    shared.write_text("read me")
+    readonly = sandbox._readonly
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(sandbox, "_readonly", lambda *more: [*readonly(*more), shared])
     ensure_kernel_path()
     sandbox.configure(root / "course", "bwrap", say=lambda *a: None)
     sockets = sandbox.short_socket_root()
@@ -93,8 +108,9 @@ def worker(tmp_path_factory):
     work = root / "course" / "autograded"
     zygote = sandbox.start_zygote(work, sockets / f"w{WORKER}")
     try:
-        yield SimpleNamespace(work=work, zygote=zygote, zdir=Path(zygote.path).parent)
+        yield SimpleNamespace(work=work, zygote=zygote, zdir=Path(zygote.path).parent, shared=shared)
     finally:
+        monkey.undo()
         zygote.stop()
         os.environ.clear()
         os.environ.update(saved)
@@ -107,7 +123,7 @@ def _run(worker, student, cells):
     cwd = worker.work / student / A
     cwd.mkdir(parents=True)
     consts = (f"WORK = {str(worker.work)!r}\nZDIR = {str(worker.zdir)!r}\nZSOCK = {worker.zygote.path!r}\n"
-              f"REPO = {str(EXERCISES.parent)!r}\n")
+              f"REPO = {str(EXERCISES.parent)!r}\nSHARED = {str(worker.shared)!r}\n")
     replay = verdict.Replay([consts, *cells], cwd, timeout=30)
     try:
         assert isinstance(replay.names, dict)
@@ -148,6 +164,7 @@ def test_a_forked_process_is_jailed_like_a_new_sandboxed_kernel(worker):
     assert got["rlimit_core"] == 0
     # its own PID namespace: pid 1 (the jail's init) and itself; nothing of the zygote's
     assert got["pid"] == 2 and got["processes"] == [1, 2]
+    assert got["init"].startswith("python"), got["init"]       # forked by the zygote (bwrap's, if new)
     # its own folder, nothing of other students', of the zygote, of the repository's files
     assert got["cwd"] == str(worker.work / "ada" / A)
     assert got["students"] == ["ada"]
@@ -155,6 +172,7 @@ def test_a_forked_process_is_jailed_like_a_new_sandboxed_kernel(worker):
     assert set(got["tmp"]) - {"mpl"} <= _bound_under_tmp(), got["tmp"]     # (the folders holding its binds)
     assert got["shm"] == []
     assert got["network"] != "yes" and got["write_repo"] != "yes"
+    assert got["shared"] == "read me" and got["write_shared"] != "yes"    # kept where it was, read-only
 
 
 def test_nothing_a_student_leaves_reaches_the_next(worker):
@@ -168,6 +186,34 @@ def test_nothing_a_student_leaves_reaches_the_next(worker):
     assert set(got["tmp"]) - {"mpl"} <= _bound_under_tmp(), got["tmp"]
     assert got["students"] == ["bob"]            # mallory's folder is still on disk, not in bob's view
     assert (worker.work / "mallory" / A / "probe.json").exists()
+
+
+def test_a_jail_that_cannot_be_built_gives_a_new_sandboxed_process(worker, monkeypatch):
+    """If the zygote cannot jail a process (here: a uid the system cannot have), the launcher
+    hears it before any student code runs and starts a new sandboxed process instead: the
+    student is graded as before, only slower."""
+    real = sandbox.limits_of
+    monkeypatch.setattr(sandbox, "limits_of", lambda env=None: {**real(env), "uid": 2**40})
+    for var in (sandbox.ZYGOTE_ENV, sandbox.ZYGOTE_ROOT_ENV):
+        monkeypatch.setenv(var, os.environ[var])        # (start_zygote points them at the new one)
+    sockets = sandbox.short_socket_root()
+    broken = sandbox.start_zygote(worker.work, sockets / f"w{WORKER}")
+    try:
+        # what the zygote answers a launcher
+        cwd = worker.work / "dora" / A
+        cwd.mkdir(parents=True)
+        ask = ("import json, sys\nfrom awb_grader import warm\n"
+               "print(warm.handoff(sys.argv[1], json.loads(sys.argv[2])), file=sys.stderr)")
+        answer = subprocess.run([sys.executable, "-c", ask, broken.path,
+                                 json.dumps(sandbox.warm_request("replay", [], str(cwd)))],
+                                input="", capture_output=True, text=True, timeout=120)
+        assert "the jail could not be built (OverflowError" in answer.stderr, answer.stderr[-2000:]
+        got = _run(worker, "carl", [PROBE])
+    finally:
+        broken.stop()
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert got["init"] == "bwrap"                       # a new sandbox, as without a zygote
+    assert (got["uid"], got["cap_eff"], got["students"]) == (UID, "0000000000000000", ["carl"])
 
 
 def test_a_symlink_left_in_the_socket_folder_is_removed_not_followed(worker, tmp_path):

@@ -424,7 +424,8 @@ def launch_replay() -> None:
     if request:
         from . import warm
 
-        warm.handoff(os.environ[ZYGOTE_ENV], request)            # returns only if the zygote could not
+        why = warm.handoff(os.environ[ZYGOTE_ENV], request)      # returns only if the zygote could not
+        print(f"awb sandbox: no warm replay ({why}); starting a new one", file=sys.stderr, flush=True)
     cmd = sandbox_command(REPLAY, cwd)
     os.execvp(cmd[0], cmd)
 

@@ -292,13 +292,16 @@ def _mounts(cwd: str, hide: list[str]) -> None:
     _sys("mount", None, "/", None, MS_REC | MS_PRIVATE, None)
     stage = "/dev/shm"
     _sys("mount", "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
-    held: list[tuple[str, str]] = []
+    held: list[tuple[str, str, bool]] = []
 
     def hold(src: str, bind: bool) -> None:
-        h = f"{stage}/{len(held)}"
-        os.mkdir(h, 0o700)
+        h, is_dir = f"{stage}/{len(held)}", os.path.isdir(src)
+        if is_dir:
+            os.mkdir(h, 0o700)
+        else:                                   # a file bound on its own: a file to mount it on
+            open(h, "w").close()
         _sys("mount", src, h, None, MS_BIND | MS_REC if bind else MS_MOVE, None)
-        held.append((h, src))
+        held.append((h, src, is_dir))
 
     kept = list(dict.fromkeys(m for m in _mount_points() if m.startswith("/tmp/") and not _under(m, hide)))
     for m in kept:
@@ -309,10 +312,14 @@ def _mounts(cwd: str, hide: list[str]) -> None:
     for root in hide:
         if not _under(root, ["/tmp"]) and os.path.isdir(root):
             _sys("mount", "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    for h, target in held:
-        os.makedirs(target, 0o755, exist_ok=True)
+    for h, target, is_dir in held:
+        if is_dir:
+            os.makedirs(target, 0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            open(target, "a").close()
         _sys("mount", h, target, None, MS_MOVE, None)
-        os.rmdir(h)
+        (os.rmdir if is_dir else os.unlink)(h)
     _sys("mount", "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     _sys("mount", "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
@@ -338,10 +345,12 @@ def _drop(jail: dict) -> None:
     _sys("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
-def _jailed(sel, conn: socket.socket, req: dict, fds: list[int], jail: dict) -> None:
+def _jailed(sel, conn: socket.socket, req: dict, fds: list[int], jail: dict, report: int) -> None:
     """In the forked process (zygote inside the sandbox): a new PID namespace whose pid 1 (this
     process's child) builds the kernel's jail, forks the kernel, enforces the wall-clock limit
-    and exits with the kernel's status; every process left in the namespace dies with it."""
+    and exits with the kernel's status; every process left in the namespace dies with it.
+    ``report``: a pipe to the zygote, which hears "ok" once the kernel is jailed (before any
+    student code runs), or why the jail could not be built."""
     code = 1
     try:
         os.setsid()
@@ -356,19 +365,28 @@ def _jailed(sel, conn: socket.socket, req: dict, fds: list[int], jail: dict) -> 
         _sys("unshare", CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
         init = os.fork()
         if init == 0:
-            _init(req, fds, jail)
-        for fd in fds:
+            _init(req, fds, jail, report)
+        for fd in [*fds, report]:
             os.close(fd)
         _, status = os.waitpid(init, 0)
         code = os.waitstatus_to_exitcode(status)
-    except BaseException:  # noqa: BLE001
-        import traceback
-
-        traceback.print_exc()
+    except BaseException as e:  # noqa: BLE001
+        _tell(report, e)
     os._exit(code if 0 <= code < 256 else 1)
 
 
-def _init(req: dict, fds: list[int], jail: dict) -> None:
+def _tell(report: int, error: BaseException) -> None:
+    """Say on the report pipe why the jail could not be built (and on stderr, with the traceback)."""
+    import traceback
+
+    traceback.print_exc()
+    try:
+        os.write(report, f"{type(error).__name__}: {error}"[:500].encode())
+    except OSError:
+        pass
+
+
+def _init(req: dict, fds: list[int], jail: dict, report: int) -> None:
     """pid 1 of the kernel's PID namespace (see ``_jailed``); never returns."""
     code = 1
     try:
@@ -381,13 +399,13 @@ def _init(req: dict, fds: list[int], jail: dict) -> None:
                 tmp = req["env"].get("MPLCONFIGDIR", "")
                 if tmp.startswith("/tmp/"):
                     os.makedirs(tmp, exist_ok=True)     # (matplotlib found its folder in the zygote)
-            except BaseException:  # noqa: BLE001 - never run student code unjailed
-                import traceback
-
-                traceback.print_exc()
+                os.write(report, b"ok")
+                os.close(report)
+            except BaseException as e:  # noqa: BLE001 - never run student code unjailed
+                _tell(report, e)
                 os._exit(1)
             _run_and_exit(req, fds)
-        for fd in fds:
+        for fd in [*fds, report]:
             os.close(fd)
 
         def timeout(_signum, _frame):
@@ -400,11 +418,20 @@ def _init(req: dict, fds: list[int], jail: dict) -> None:
             if pid == kernel:
                 code = os.waitstatus_to_exitcode(status)
                 break
-    except BaseException:  # noqa: BLE001
-        import traceback
-
-        traceback.print_exc()
+    except BaseException as e:  # noqa: BLE001
+        _tell(report, e)
     os._exit(code if 0 <= code < 256 else 1)
+
+
+def _jail_report(fd: int, timeout: float = 30) -> str | None:
+    """What the jailed process said on its report pipe: None once it is jailed, else why not."""
+    import select
+
+    ready, _, _ = select.select([fd], [], [], timeout)
+    if not ready:
+        return f"no word from the jail within {timeout:g} s"
+    said = os.read(fd, 4096)
+    return None if said == b"ok" else (said.decode(errors="replace") or "the jailed process ended first")
 
 
 def serve(path: str, jail: dict | None = None) -> None:
@@ -484,13 +511,27 @@ def serve(path: str, jail: dict | None = None) -> None:
                         continue
                     sys.stdout.flush()
                     sys.stderr.flush()
+                    report = os.pipe() if jail else None
                     pid = os.fork()
                     if pid == 0:
                         if jail:
-                            _jailed(sel, conn, req, fds, jail)
+                            os.close(report[0])
+                            _jailed(sel, conn, req, fds, jail, report[1])
                         _child(sel, conn, req, fds)
                     for fd in fds:
                         os.close(fd)
+                    if report:
+                        # the launcher hears of its kernel only once it is jailed; if the jail
+                        # could not be built, the launcher starts a new sandboxed kernel instead
+                        os.close(report[1])
+                        why = _jail_report(report[0])
+                        os.close(report[0])
+                        if why:
+                            _kill(pid)
+                            os.waitpid(pid, 0)
+                            _send(conn, {"refused": f"the jail could not be built ({why})"})
+                            conn.close()
+                            continue
                     kids[pid] = conn
                     sel.register(conn, selectors.EVENT_READ, pid)
                     _send(conn, {"pid": pid})
