@@ -1,7 +1,7 @@
 """Cohort grading cost: bare nbclient vs nbgrader, sequential vs parallel shards, and the
 price of the sandbox and the outside-the-kernel verdict.
 
-    PYTHONPATH=autograder .venv/bin/python benchmarks/bench_cohort.py [--students 8] [--workers 2]
+    PYTHONPATH=autograder .venv/bin/python benchmarks/bench_cohort.py [--students 32] [--workers 2]
 
 On a synthetic cohort (``awb_grader.synth``: correct work, catalogued mistakes, broken files)
 of one exercise it measures, side by side on the same machine:
@@ -14,11 +14,16 @@ of one exercise it measures, side by side on the same machine:
 3. the same grading in parallel shards (``awb_grader.parallel``, no sandbox, no verdict,
    no feedback): the speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
-   outside verdict, feedback, export, summary) with 1 worker and with ``--workers``, with warm
-   sandboxed kernels (the default) and, once, with a new sandboxed kernel per notebook ([4n]);
+   outside verdict, feedback, export, summary), interleaved because the load moves: with
+   ``--workers`` and with 1 worker, twice each, with warm sandboxed kernels (the default), and
+   once with a new sandboxed kernel per notebook ([4n]); each run says where its time went
+   (collect, start-up of the workers, grading, export and summary);
+5. the cohort command on every exercise of the course (``--mix`` students each), for the
+   projection: 300 students x 9 exercises, on this machine and on 8 cores;
 
 then prints per-notebook costs, ratios to the bare execution, the speedups, and the time
-projected for 300 students x 9 exercises. Prints figures only; asserts nothing.
+projected for 300 students x 9 exercises. Every figure comes with the CPU and the load.
+Prints figures only; asserts nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "autograder"), str(REPO)]
+sys.path[:0] = [str(REPO / "autograder"), str(REPO), str(REPO / "benchmarks")]
+
+from machine_info import describe, load  # noqa: E402
 
 
 def cpu() -> float:
@@ -44,11 +51,6 @@ def cpu() -> float:
 
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def bare_nbclient(nb_path: Path, repeats: int) -> float:
@@ -64,25 +66,50 @@ def bare_nbclient(nb_path: Path, repeats: int) -> float:
     return statistics.median(times)
 
 
+def notebooks_phase(res) -> float | None:
+    """Seconds from the first notebook's start to the last one's end (None if not recorded)."""
+    tl = getattr(res, "timeline", None)
+    if not getattr(res, "steps", None) or not tl:
+        return None
+    return max(t["ended"] for t in tl) - min(t["began"] for t in tl)
+
+
+def where_time_went(res) -> str:
+    """Collect, start-up, grading, export: from the cohort command's own step times."""
+    st, tl = getattr(res, "steps", None), getattr(res, "timeline", None)
+    if not st or not tl:
+        return "not recorded by this version of the grader"
+    first = min(t["began"] for t in tl)
+    last = max(t["ended"] for t in tl)
+    workers = sorted({t["worker"] for t in tl if t["worker"] >= 0})
+    busy = sum(t["ended"] - t["began"] for t in tl)
+    return (f"collect {st['collected'] - st['start']:.1f} s; workers started, first notebook "
+            f"{first - st['collected']:.1f} s later; notebooks {last - first:.1f} s "
+            f"(workers busy {100 * busy / max(1e-9, (last - first) * len(workers)):.0f}%); "
+            f"merge and worker exit {st['graded'] - last:.1f} s; export and summary {st['done'] - st['graded']:.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--students", type=int, default=8)
+    ap.add_argument("--students", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--exercise", default="04_queries_keys_values")
+    ap.add_argument("--mix", type=int, default=4, help="students per exercise in [5], every exercise (0: skip)")
     ap.add_argument("--sandbox", default="auto")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
 
     from awb_grader import synth
-    from awb_grader.course import Course, ensure_kernel_path
+    from awb_grader.course import EXERCISES, Course, assignments, ensure_kernel_path
     from awb_grader.parallel import Task, grade_parallel
     from awb_grader.variants import student_notebook
 
     ensure_kernel_path()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
-    A, N = a.exercise, a.students
+    A, N, W = a.exercise, a.students, a.workers
     work = Path(tempfile.mkdtemp(prefix="awb-bench-"))
-    print(f"bench_cohort: {N} students x {A}, {a.workers} workers; {load()}")
+    print(f"bench_cohort: {N} students x {A}, {W} workers")
+    print(describe())
 
     base = Course(work / "base", release_dir=work / "base" / "release")
     base.generate_assignment(A)
@@ -118,7 +145,7 @@ def main() -> None:
     t_seq, c_seq = time.perf_counter() - t, cpu() - c
     print(f"[2] sequential `nbgrader autograde` of {len(gradable)} submissions: {t_seq:.1f} s "
           f"({t_seq / len(gradable):.2f} s/notebook, {t_seq / len(gradable) / t_bare:.2f}x bare; CPU {c_seq:.1f} s)  "
-          f"rc={proc.returncode}  [{load()}]")
+          f"rc={proc.returncode}{' (the corrupt files)' if proc.returncode and 'corrupt' in kinds else ''}  [{load()}]")
 
     # 2w. the same grading with warm kernels (awb_grader.warm: forked from a process that has
     # PyTorch imported), through nbgrader's API as the catalog tests grade; and once more with
@@ -148,64 +175,96 @@ def main() -> None:
     par.generate_assignment(A)
     tasks = [Task(A, s, str(p)) for s, p in sorted(gradable.items())]
     t, c = time.perf_counter(), cpu()
-    grade_parallel(par, tasks, workers=a.workers, feedback=False, verdict=False, progress=False)
+    grade_parallel(par, tasks, workers=W, feedback=False, verdict=False, progress=False)
     t_par, c_par = time.perf_counter() - t, cpu() - c
-    print(f"[3] parallel shards, {a.workers} workers, same work as [2] (+ metadata check/repair): {t_par:.1f} s "
+    print(f"[3] parallel shards, {W} workers, same work as [2] (+ metadata check/repair): {t_par:.1f} s "
           f"-> speedup {t_seq / t_par:.2f}x over [2]; CPU {c_par:.1f} s  [{load()}]")
-    print(f"    load-independent view: CPU seconds [3]/[2] = {c_par / c_seq:.2f}; on {a.workers} idle cores the "
-          f"ideal wall time of [3] is CPU/{a.workers} = {c_par / a.workers:.1f} s -> expected speedup "
-          f"{t_seq * (c_seq / max(t_seq, c_seq)) / (c_par / a.workers):.2f}x (if [2] ran at one full core)")
+    print(f"    load-independent view: CPU seconds [3]/[2] = {c_par / c_seq:.2f}; on {W} idle cores the "
+          f"ideal wall time of [3] is CPU/{W} = {c_par / W:.1f} s -> expected speedup "
+          f"{t_seq * (c_seq / max(t_seq, c_seq)) / (c_par / W):.2f}x (if [2] ran at one full core)")
 
-    # 4. the full cohort command, 1 worker and N workers
+    # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): warm
+    # sandboxed kernels (the default: forked from a zygote per worker, each jailed), and once
+    # with a new sandboxed kernel and replay per notebook ([4n], AWB_SANDBOX_WARM=0: what the
+    # grader did before, and does where warm ones are not possible)
     from awb_grader.cohort import run_cohort
 
-    full: dict = {}
-    # interleaved (the load moves): warm sandboxed kernels (the default: forked from a zygote per
-    # worker, each jailed), and once with a new sandboxed kernel and replay per notebook ([4n],
-    # AWB_SANDBOX_WARM=0: what the grader did before, and does where warm ones are not possible)
-    order = [(a.workers, True), (1, True), (a.workers, False), (a.workers, True)] if a.workers > 1 \
-        else [(1, True), (1, False)]
-    cpus: dict = {}
-    for i, (w, warm) in enumerate(order):
+    def cohort(zip_path: Path, dest: Path, names: list[str], w: int, warm: bool):
         os.environ["AWB_SANDBOX_WARM"] = "1" if warm else "0"
         t, c = time.perf_counter(), cpu()
-        res = run_cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], workers=w, sandbox=a.sandbox,
-                         progress=False, say=lambda *x: None)
-        key = (w, warm)
-        full.setdefault(key, []).append(time.perf_counter() - t)
-        cpus.setdefault(key, []).append(cpu() - c)
+        res = run_cohort(zip_path, dest, names, workers=w, sandbox=a.sandbox, progress=False, say=lambda *x: None)
+        os.environ.pop("AWB_SANDBOX_WARM", None)
+        return res, time.perf_counter() - t, cpu() - c
+
+    full: dict = {}
+    phase: dict = {}            # (workers, warm) -> [seconds of the notebooks phase]
+    graded_n = 0
+    order = [(W, True), (1, True), (W, False), (W, True), (1, True)] if W > 1 else [(1, True), (1, False), (1, True)]
+    for i, (w, warm) in enumerate(order):
+        res, wall, cpu_s = cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], w, warm)
+        full.setdefault((w, warm), []).append(wall)
+        if notebooks_phase(res) is not None:
+            phase.setdefault((w, warm), []).append(notebooks_phase(res))
         per = [r.seconds for r in res.records if r.status != "ungradable"]
+        graded_n = len(per)
         tag = "[4]" if warm else "[4n]"
         kernels = "warm kernels" if warm else "a new kernel per notebook"
         print(f"{tag} cohort command (collect, repair, sandbox={res.sandbox}, {kernels}, autograde, outside verdict, "
-              f"feedback, export, summary), {w} worker(s): {full[key][-1]:.1f} s = {full[key][-1] / len(per):.2f} s "
-              f"per notebook of wall time; per notebook in its worker, median {statistics.median(per):.2f} s "
-              f"= {statistics.median(per) / t_bare:.2f}x bare; CPU {cpus[key][-1]:.1f} s outside the sandboxed "
-              f"kernels, which nbgrader kills rather than reaps (not counted)  [{load()}]")
+              f"feedback, export, summary), {w} worker(s): {wall:.1f} s for {len(per)} graded notebooks = "
+              f"{wall / len(per):.2f} s per notebook of wall time = {wall / len(per) / t_bare:.2f}x bare; "
+              f"in its worker a notebook took {statistics.median(per):.2f} s (median) = "
+              f"{statistics.median(per) / t_bare:.2f}x bare; CPU {cpu_s:.1f} s outside the sandboxed kernels, "
+              f"which nbgrader kills rather than reaps (not counted)  [{load()}]")
         steps = {k: statistics.median([r.phases[k] for r in res.records if k in r.phases])
                  for k in ("grade", "verdict", "feedback") if any(k in r.phases for r in res.records)}
         print("    per notebook, median: " + ", ".join(f"{k} {v:.2f} s" for k, v in steps.items())
               + " (grade = check/repair + nbgrader autograde in the sandbox)")
-    os.environ.pop("AWB_SANDBOX_WARM", None)
-    full = {k: statistics.mean(ts) for k, ts in full.items()}
-    if (1, True) in full and (a.workers, True) in full and a.workers > 1:
-        print(f"    cohort command speedup {a.workers} workers vs 1, warm kernels (mean of the runs): "
-              f"{full[(1, True)] / full[(a.workers, True)]:.2f}x")
-    if (a.workers, False) in full:
-        print(f"    warm kernels vs a new kernel per notebook, {a.workers} worker(s): "
-              f"{full[(a.workers, False)] / full[(a.workers, True)]:.2f}x faster")
+        print(f"    where the time went: {where_time_went(res)}")
+    mean = {k: statistics.mean(ts) for k, ts in full.items()}
+    if W > 1:
+        print(f"    cohort command speedup, {W} workers vs 1, warm kernels (mean of two runs each, "
+              f"{', '.join(f'{x:.1f}' for x in full[(1, True)])} s vs {', '.join(f'{x:.1f}' for x in full[(W, True)])} s): "
+              f"{mean[(1, True)] / mean[(W, True)]:.2f}x end to end for {graded_n} notebooks")
+        if (1, True) in phase and (W, True) in phase:
+            # the fixed part of a run (collect, workers' start-up, export, summary) and the part that
+            # grows with the cohort (the notebooks phase), each measured above: what a cohort of
+            # 300 students would see
+            p1, pw = statistics.mean(phase[(1, True)]), statistics.mean(phase[(W, True)])
+            f1, fw = mean[(1, True)] - p1, mean[(W, True)] - pw
+            n300 = 300 * graded_n / N
+            print(f"    the notebooks alone: {p1:.1f} s vs {pw:.1f} s -> {p1 / pw:.2f}x; the rest of a run (collect, "
+                  f"workers' start-up, export, summary) {f1:.1f} s with 1 worker, {fw:.1f} s with {W}; for 300 "
+                  f"students of this exercise that makes {(f1 + p1 * n300 / graded_n) / (fw + pw * n300 / graded_n):.2f}x")
+    print(f"    warm kernels vs a new kernel per notebook, {W} worker(s): "
+          f"{mean[(W, False)] / mean[(W, True)]:.2f}x faster")
+
+    # 5. every exercise of the course: the mix the projection needs (08 trains a model, 00 is light)
+    mix = None
+    if a.mix > 0:
+        names = assignments()
+        synth.make_cohort(work / "mix.zip", EXERCISES, names, a.mix, seed=9)
+        res, wall, _ = cohort(work / "mix.zip", work / "mix", names, W, True)
+        graded = [r for r in res.records if r.status != "ungradable"]
+        by = {n: [r.seconds for r in graded if r.assignment == n] for n in names}
+        mix = wall / len(graded)
+        print(f"[5] cohort command on all {len(names)} exercises, {a.mix} students each, {W} workers: {wall:.1f} s for "
+              f"{len(graded)} graded notebooks = {mix:.2f} s per notebook of wall time  [{load()}]")
+        print("    in its worker, median per exercise: " + ", ".join(
+            f"{n[:2]} {statistics.median(v):.2f} s" for n, v in by.items() if v))
+        print(f"    where the time went: {where_time_went(res)}")
 
     t_bare2 = bare_nbclient(nbdir / f"{A}.ipynb", 3)
     print(f"[1'] bare nbclient again at the end (the load moves; compare each figure with the bare run nearest "
           f"in time): {t_bare2:.2f} s  [{load()}]")
 
-    # projection: 300 students x 9 exercises
-    per_nb = full[(a.workers, True)] / max(1, len(gradable))
+    # projection: 300 students x 9 exercises, from the measured wall time per notebook with W
+    # workers on W cores (each worker's throughput as measured here, start-up included)
+    per_nb = mix if mix else mean[(W, True)] / max(1, len(gradable))
+    what = "the mix of all exercises, [5]" if mix else f"exercise {A[:2]} as the typical notebook, [4]"
     total = 300 * 9 * per_nb
-    print(f"projection for 300 students x 9 exercises with the full cohort command on this machine "
-          f"({a.workers} workers, {per_nb:.2f} s per notebook of wall time): {total / 3600:.1f} h; "
-          f"with 8 workers on 8 idle cores, scaling as measured here: ~{total * a.workers / 8 / 3600:.1f} h "
-          f"(exercise 04 as the typical notebook)")
+    print(f"projection for 300 students x 9 exercises ({what}: {per_nb:.2f} s per notebook of wall time with {W} "
+          f"workers): {total / 3600:.2f} h on this machine; with 8 workers on 8 idle cores, each as fast as here: "
+          f"~{total * W / 8 / 3600:.2f} h")
     print(f"done; {load()}")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)

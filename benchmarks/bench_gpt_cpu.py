@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import pickle
-import platform
 import shutil
 import subprocess
 import sys
@@ -39,12 +38,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import torch  # noqa: E402
 
 from attention_workbook import gpt  # noqa: E402
 from attention_workbook.data import char_dataset, load_text  # noqa: E402
+from machine_info import cpu_flags, cpu_model  # noqa: E402
 
 NANOGPT_RECIPE = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
                   "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
@@ -56,24 +56,6 @@ def load() -> str:
         return "%.2f %.2f %.2f" % os.getloadavg()
     except OSError:
         return "n/a"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> str:
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "unknown"
-    return ", ".join(f"{f}: {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
 
 
 def prepare_nanogpt(src: Path, text_path: Path, work: Path) -> Path:

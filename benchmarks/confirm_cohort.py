@@ -19,7 +19,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -28,22 +27,9 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "autograder"), str(REPO)]
+sys.path[:0] = [str(REPO / "autograder"), str(REPO), str(REPO / "benchmarks")]
 
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+from machine_info import describe, load  # noqa: E402
 
 
 def main() -> int:
@@ -61,7 +47,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     plan = synth.make_cohort(work / "cohort.zip", EXERCISES, [a.exercise], a.students, seed=300)
     kinds = {s: k for (s, _), k in plan.items()}
-    print(f"confirm_cohort: {a.students} students x {a.exercise}, {a.workers} workers; {cpu_model()}; {load()}")
+    print(f"confirm_cohort: {a.students} students x {a.exercise}, {a.workers} workers")
+    print(describe())
     print("cohort: " + ", ".join(f"{k} x{n}" for k, n in sorted(Counter(kinds.values()).items())))
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "autograder"), str(REPO),

@@ -1,5 +1,6 @@
 """Parallel grading in shards merged into one gradebook == a sequential run, cell by cell,
-including a regrade of a resubmission over an existing grade."""
+including a regrade of a resubmission over an existing grade; a grade the merge cannot record
+flags that student, not the batch."""
 
 import csv
 
@@ -16,7 +17,6 @@ from awb_grader.warm import warm_kernels
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cohort")]
 
 
 def _csv(path):
@@ -24,6 +24,8 @@ def _csv(path):
         return sorted(tuple(r.items()) for r in csv.DictReader(fh))
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("cohort")
 def test_parallel_shards_give_the_sequential_gradebook_and_csv(tmp_path):
     m = next(x for x in catalog.mistakes(A) if x.id == "sdpa_mask_after_softmax")
     stripped = student_notebook(RELEASE, A)
@@ -64,3 +66,56 @@ def test_parallel_shards_give_the_sequential_gradebook_and_csv(tmp_path):
     for s in files:                                      # the per-student folders were merged too
         assert (par.root / "autograded" / s / A / f"{A}.ipynb").exists()
     assert (par.root / "originals" / "hana" / A).exists()
+
+
+def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_path, monkeypatch):
+    """The main process merges each result as it comes back (``parallel.merge_one``): the
+    worker's record of the submission lands in the main gradebook unchanged; a grade that cannot
+    be recorded flags that student (to grade again: no autograded copy is kept), not the batch."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    from awb_grader import parallel
+    from awb_grader.course import nbgrader_quirks_silenced
+    from awb_grader.pipeline import Row
+
+    main = Course(tmp_path / "main", release_dir=tmp_path / "main" / "release")
+    main.generate_assignment(A)
+    shard = tmp_path / "main" / "shards" / "w0"
+    shard.mkdir(parents=True)
+    shutil.copyfile(tmp_path / "main" / "gradebook.db", shard / "gradebook.db")
+    results = {}
+    with Gradebook(f"sqlite:///{shard / 'gradebook.db'}") as src:
+        for s in ("ada", "bob"):
+            src.add_student(s, first_name=s.title())
+            with nbgrader_quirks_silenced():
+                sub = src.add_submission(A, s)
+            for i, g in enumerate(sub.notebooks[0].grades):
+                g.auto_score = i % 3                       # something to copy, cell by cell
+            src.db.commit()
+            for step in ("autograded", "feedback"):
+                (shard / step / s / A).mkdir(parents=True)
+                (shard / step / s / A / "x.txt").write_text(s)
+            results[s] = parallel.Result(Task(A, s, "-"), Row(s, A), 0, gradebook=parallel.submission_data(src, A, s))
+    expected = [x for x in gradebook_dump(f"sqlite:///{shard / 'gradebook.db'}") if x[1] == "ada"]
+
+    real = parallel.store_submission
+
+    def store(gb, assignment, student, data):
+        if student == "bob":
+            raise OSError("disk full")
+        return real(gb, assignment, student, data)
+
+    monkeypatch.setattr(parallel, "store_submission", store)
+    with Gradebook(main.db) as gb:
+        for s in ("ada", "bob"):
+            parallel.merge_one(main, results[s], gb)
+
+    assert [x for x in gradebook_dump(main.db) if x[1] == "ada"] == expected
+    assert not [x for x in gradebook_dump(main.db) if x[1] == "bob"]
+    assert (main.root / "autograded" / "ada" / A / "x.txt").read_text() == "ada"
+    assert results["ada"].row.status == "ok" and not results["ada"].row.reasons
+    bob = results["bob"].row
+    assert bob.status == "flagged" and "could not be recorded in the gradebook (OSError: disk full)" in bob.reasons[0]
+    assert not (main.root / "autograded" / "bob" / A).exists()        # the next run grades bob again

@@ -278,3 +278,16 @@ def test_cohort_kernels_are_warm_and_jailed(tmp_path):
     assert scores["pia"] == scores["ada"] == res.records[0].max_score
     with open(tmp_path / "course" / "grades.csv") as fh:
         assert {r["student_id"] for r in csv.DictReader(fh)} == {"ada", "pia"}
+    # nothing of the run is left: the grading worker ends at once after its last notebook
+    # (parallel._end_now) and its zygote's sandbox (bubblewrap, whose command line names the
+    # course's folders) goes with it
+    import subprocess
+    import time
+
+    for _ in range(50):
+        left = [a for a in subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout.splitlines()
+                if str(tmp_path) in a]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, left

@@ -231,6 +231,10 @@ class CohortResult:
     sandbox: str
     seconds: float
     summary: str = ""
+    # how the time went (for the benchmark): when each step ended (time.time()), and per
+    # notebook graded now: its worker, when the worker took it, gave it back, was first ready
+    steps: dict = field(default_factory=dict)
+    timeline: list = field(default_factory=list)
 
 
 def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, workers: int | None = None,
@@ -240,6 +244,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     from . import parallel, sandbox as sb
 
     t0 = time.perf_counter()
+    steps = {"start": time.time()}
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     mode, extra = sb.configure(root, sandbox, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
@@ -272,9 +277,11 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
                 continue
             tasks.append(parallel.Task(a, student, str(path), ts))
     workers = workers or max(1, min(os.cpu_count() or 1, 8))
+    steps["collected"] = time.time()
     say(f"2/4 grade: {len(tasks)} to grade, {skipped} unchanged since the last run (kept); {workers} worker(s)")
     results = parallel.grade_parallel(course, tasks, workers=workers, feedback=feedback, verdict=verdict,
                                       progress=progress)
+    steps["graded"] = time.time()
     for r in results:
         row: Row = r.row
         note = got.renamed.get((row.student, row.assignment))
@@ -298,12 +305,16 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
     write_flags(records, got.unmatched, root / "flags.csv")
     say("4/4 summary")
+    steps["exported"] = time.time()
     res = CohortResult(root, records, [(r.task.assignment, r.task.student) for r in results], skipped,
-                       got.unmatched, mode, time.perf_counter() - t0)
+                       got.unmatched, mode, time.perf_counter() - t0, steps=steps,
+                       timeline=[{"assignment": r.task.assignment, "student": r.task.student, "worker": r.shard,
+                                  "began": r.began, "ended": r.ended, "ready": r.ready} for r in results])
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)
     (root / "summary" / "summary.txt").write_text(res.summary)
     say(res.summary)
+    steps["done"] = time.time()
     return res
 
 

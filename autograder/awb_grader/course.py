@@ -16,6 +16,54 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+
+def _defer_iri_grammar() -> None:
+    """Put off building the IRI grammar of ``rfc3987_syntax`` until an IRI is checked.
+
+    ``import jsonschema`` (which nbformat, and so nbgrader, import) imports ``rfc3987_syntax``
+    when it is installed (JupyterLab's dependencies install it), and that module compiles an
+    Earley parser for RFC 3987 while it is imported: 1.1 s of CPU here, in every grading worker
+    and command, for a format (``iri``) that no notebook or nbgrader schema uses. Here
+    jsonschema gets a stand-in whose ``is_valid_syntax`` imports the real module on its first
+    call and hands every call to it: the same checks, built only if one is ever made."""
+    import importlib
+    import importlib.util
+    import types
+
+    name = "rfc3987_syntax"
+    if name in sys.modules or "jsonschema" in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec(name) is None:
+            return
+    except (ImportError, ValueError):
+        return
+    stand_in = types.ModuleType(name, "stand-in: the real module is imported on the first check")
+    real = []
+
+    def load():
+        if not real:
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+            real.append(importlib.import_module(name))
+            sys.modules[name] = real[0]
+        return real[0]
+
+    def is_valid_syntax(term, value):
+        return load().is_valid_syntax(term, value)
+
+    def missing(attr):              # anything else the module has: from the real one
+        if attr.startswith("__"):   # (the import system probes __path__, __spec__, ...)
+            raise AttributeError(attr)
+        return getattr(load(), attr)
+
+    stand_in.is_valid_syntax = is_valid_syntax
+    stand_in.__getattr__ = missing
+    sys.modules[name] = stand_in
+
+
+_defer_iri_grammar()
+
 REPO = Path(__file__).resolve().parents[2]
 AUTOGRADER = REPO / "autograder"
 CONFIG_FILE = AUTOGRADER / "nbgrader_config.py"
@@ -81,6 +129,44 @@ def nbgrader_schema_checked_once() -> None:
         common.jsonschema = _SchemaCheckedOnce(common.jsonschema)
 
 
+def alembic_head() -> str:
+    """The revision nbgrader writes into a new gradebook, as ``alembic heads`` prints it (the
+    first head), read in this process from nbgrader's own migration scripts."""
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    heads = ScriptDirectory(ALEMBIC_DIR).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"nbgrader's migrations have {len(heads)} heads: {heads}")
+    return heads[0]
+
+
+def nbgrader_alembic_head_once() -> None:
+    """A new gradebook records nbgrader's migration head: ``Gradebook()`` asks for it each time
+    by running the ``alembic heads`` command in a new Python (2.6 s here, on every course
+    root, test course and cohort run). Here it is read once per process, in this process,
+    from the same migration scripts (:func:`alembic_head`; ``tests/test_grader_speedups.py``
+    compares it with the command's answer); where that fails, nbgrader asks as before."""
+    from nbgrader import api
+
+    if getattr(api.get_alembic_version, "awb_once", False):
+        return
+    original = api.get_alembic_version
+    cache: list[str] = []
+
+    def get_alembic_version() -> str:
+        if not cache:
+            try:
+                cache.append(alembic_head())
+            except Exception:  # noqa: BLE001 - nbgrader's own way, unchanged
+                cache.append(original())
+        return cache[0]
+
+    get_alembic_version.awb_once = True
+    get_alembic_version.original = original
+    api.get_alembic_version = get_alembic_version
+
+
 @contextmanager
 def nbgrader_quirks_silenced():
     """Silence two warnings that nbgrader's own code raises while autograding and that say
@@ -142,6 +228,8 @@ class Course:
             cfg.CourseDirectory.db_url = self.db_url
         if self.timeout:
             cfg.Execute.timeout = int(self.timeout)
+        # the same HTML, its templates compiled once per process instead of once per feedback
+        cfg.GenerateFeedback.exporter_class = "awb_grader.htmlexport.CachedTemplatesHTMLExporter"
         for key, value in self.extra.items():
             cls, trait = key.split(".")
             setattr(getattr(cfg, cls), trait, value)
@@ -153,6 +241,7 @@ class Course:
         from nbgrader.coursedir import CourseDirectory
 
         nbgrader_schema_checked_once()
+        nbgrader_alembic_head_once()
         cfg = self.config()
         return NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
 

@@ -4,15 +4,18 @@ nbgrader grades one submission at a time and its sqlite gradebook does not take 
 writers. Here each worker process owns a **shard**: a course root of its own
 (``<course>/shards/wK``) that starts from a copy of the main gradebook (the assignments and
 their cells, as ``generate_assignment`` wrote them) and grades the submissions it is handed
-with the usual pipeline (inspect/repair -> nbgrader autograde -> feedback). Afterwards the
-shards are **merged** into the main course: the per-student folders (``submitted/``,
-``autograded/``, ``feedback/``, ``originals/``) are moved over and every grade and comment is
-copied into the main gradebook through nbgrader's ``Gradebook`` API. The result is the same
-gradebook and the same ``grades.csv`` as a sequential run (``tests/test_parallel.py`` checks
-it cell by cell).
+with the usual pipeline (inspect/repair -> nbgrader autograde -> feedback). Each graded
+submission is **merged** into the main course as soon as its worker hands it back, while the
+workers grade the next ones: its per-student folders (``submitted/``, ``autograded/``,
+``feedback/``, ``originals/``) are moved over, and every grade and comment the worker read from
+its shard's gradebook is written into the main gradebook through nbgrader's ``Gradebook`` API
+(only the main process writes there). The result is the same gradebook and the same
+``grades.csv`` as a sequential run (``tests/test_parallel.py`` checks it cell by cell).
 
 Work is handed out one submission at a time (slow notebooks do not pile up on one worker),
-so a progress bar can follow the whole cohort.
+so a progress bar can follow the whole cohort. A worker with nothing left to grade ends at
+once (its zygote and every process in its sandbox with it) instead of tearing down the
+PyTorch it imported.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class Result:
     errors: dict = field(default_factory=dict)     # failing grade_id -> error text (for the insight)
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)     # seconds per step: grade (inspect+autograde), verdict, feedback
+    gradebook: dict | None = None                  # what nbgrader recorded (submission_data), for the merge
+    began: float = 0.0                             # when the worker took it, and gave it back (time.time())
+    ended: float = 0.0
+    ready: float = 0.0                             # when its worker was ready for a first notebook
 
 
 @dataclass
@@ -66,6 +73,8 @@ _W: dict = {}
 
 
 def _init_worker(spec: CourseSpec, ids) -> None:
+    import time
+
     k = ids.get()
     shard = Path(spec.root) / "shards" / f"w{k}"
     if shard.exists():
@@ -78,14 +87,20 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     from . import sandbox
 
     extra = dict(spec.extra)
-    # one BLAS/OpenMP pool per core, not per worker x core: the kernels share the machine
-    threads = str(max(1, (os.cpu_count() or 1) // spec.workers))
+    # one BLAS/OpenMP thread per grading process (unless the caller set a number): the graded
+    # cells compute on small tensors, where a second thread costs more than it gains (one worker
+    # on 2 cores, per notebook: 04 1.82 s with one thread, 1.96 s with two; 08 3.24 s and 3.41 s)
+    # and workers x threads would oversubscribe the cores
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, threads)
+        os.environ.setdefault(var, "1")
     ipc = sandbox.worker_environment(k, shard / "runtime", Path(spec.sockets) / f"w{k}" if spec.sockets else None)
     if extra.get("KernelManager.transport") == "ipc":
         extra.update(ipc)
     _W.update(k=k, spec=spec, course=Course(shard, release_dir=spec.release_dir, timeout=spec.timeout, extra=extra))
+    if mp.parent_process() is not None:      # a pool's worker process (never the caller's)
+        import atexit
+
+        atexit.register(_end_now)            # registered last: runs first when the pool stops it
     if spec.sockets and sandbox.warm_possible():
         # warm sandboxed kernels: forked from a zygote in this worker's sandbox (warm.py); if it
         # cannot start, every kernel is started new, as before
@@ -97,12 +112,41 @@ def _init_worker(spec: CourseSpec, ids) -> None:
 
             print(f"awb: worker {k}: no warm kernels ({type(e).__name__}: {e}); starting a new kernel per notebook",
                   file=sys.stderr)
+    if spec.verdict:
+        # what only the outside verdict needs, imported while the first notebook's kernel runs
+        # (the worker mostly waits for it then) rather than while the zygote starts
+        import threading
+
+        threading.Thread(target=_preload_verdict, name="awb-preload", daemon=True).start()
+    _W["ready"] = time.time()
+
+
+def _end_now() -> None:
+    """The worker's exit once the pool has no more work for it: the results are all sent, its
+    shard is merged by the main process, and nothing of its state is worth tearing down one
+    object at a time (a Python with PyTorch, nbgrader and nbconvert loaded takes about a second
+    to finalize, which the main process would wait for). The zygote's sandbox goes with it
+    (bubblewrap's --die-with-parent ends the sandbox and every process in it)."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(0)
 
 
 def _preload() -> None:
-    """What this worker imports for its first notebook anyway (the outside verdict compares
-    with PyTorch; the feedback is nbconvert's HTML): while its zygote starts, not after."""
+    """What this worker's first autograde imports anyway (nbgrader, nbconvert): while its
+    zygote starts, not after."""
+    import nbconvert.exporters.html  # noqa: F401
     import nbgrader.apps  # noqa: F401
+    import nbgrader.preprocessors  # noqa: F401
+
+
+def _preload_verdict() -> None:
+    """What the outside verdict imports (it compares with PyTorch)."""
     import torch  # noqa: F401
 
     from . import verdict  # noqa: F401
@@ -112,7 +156,7 @@ def _preload() -> None:
 def _grade_one(task: Task) -> Result:
     import time
 
-    t0 = time.perf_counter()
+    t0, began = time.perf_counter(), time.time()
     course: Course = _W["course"]
     os.chdir(course.root)  # a previous task's folder may be gone; see _init_worker
     spec: CourseSpec = _W["spec"]
@@ -138,7 +182,14 @@ def _grade_one(task: Task) -> Result:
             row.reasons.append(reason)
             if row.status in ("ok", "repaired"):
                 row.status = "flagged"
-    return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases)
+    data = None
+    if row.status != "ungradable":
+        from nbgrader.api import Gradebook
+
+        with Gradebook(course.db) as gb:
+            data = submission_data(gb, task.assignment, task.student)
+    return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases, data, began, time.time(),
+                  _W.get("ready", 0.0))
 
 
 _EVENTS = [
@@ -212,34 +263,39 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     spec = CourseSpec(str(course.root), str(course.release_dir) if course.release_dir else None,
                       course.timeout, dict(course.extra), feedback, verdict, workers, str(sockets))
     ctx = mp.get_context("spawn")          # fresh interpreters: no inherited kernels, sockets or locks
-    ids = ctx.Manager().Queue()
+    ids = ctx.Queue()                      # each worker takes its shard number from here
     for k in range(workers):
         ids.put(k)
     results: list[Result] = []
     # the longest notebooks first: fewer stragglers at the end
     order = sorted(tasks, key=lambda t: -_size(t.path))
     try:
-        results = _run_pool(ctx, spec, ids, order, tasks, workers, progress)
+        results = _run_pool(ctx, spec, ids, course, order, tasks, workers, progress)
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
-    merge(course, results)
     index = {(t.assignment, t.student): i for i, t in enumerate(tasks)}
     return sorted(results, key=lambda r: index[(r.task.assignment, r.task.student)])
 
 
-def _run_pool(ctx, spec, ids, order, tasks, workers, progress) -> list[Result]:
+def _run_pool(ctx, spec, ids, course, order, tasks, workers, progress) -> list[Result]:
+    """Hand out the tasks; merge each result into ``course`` as it comes back."""
+    from nbgrader.api import Gradebook
+
     results: list[Result] = []
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(spec, ids)) as pool:
+    with Gradebook(course.db) as gb, \
+            ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(spec, ids)) as pool:
         futures = {pool.submit(_grade_one, t): t for t in order}
         bar = tqdm(total=len(tasks), desc="grading", unit="nb", disable=not progress)
         for fut in as_completed(futures):
             t = futures[fut]
             try:
-                results.append(fut.result())
+                r = fut.result()
             except Exception as e:  # noqa: BLE001 - a crashed worker becomes that student's flag
                 row = Row(t.student, t.assignment, status="flagged",
                           reasons=[f"grading worker crashed: {type(e).__name__}: {str(e)[:150]}"])
-                results.append(Result(t, row, -1))
+                r = Result(t, row, -1)
+            merge_one(course, r, gb)
+            results.append(r)
             bar.update(1)
         bar.close()
     return results
@@ -255,64 +311,77 @@ def _size(path: str) -> int:
 STEPS = ("submitted", "autograded", "feedback", "originals")
 
 
-def merge(course: Course, results: list[Result]) -> None:
-    """Move each shard's per-student folders into the main course and copy its grades into the
-    main gradebook (nbgrader's Gradebook API)."""
-    from nbgrader.api import Gradebook
+def merge_one(course: Course, r: Result, gb) -> None:
+    """Move one graded submission's folders from its worker's shard into the main course and
+    write what nbgrader recorded for it into the main gradebook ``gb`` (an open ``Gradebook``).
+    A crashed worker's task (shard -1) only loses the folders of an earlier grade. If the grade
+    cannot be recorded, the student is flagged and left to grade again (the next run does: no
+    autograded copy is kept), and the batch goes on."""
+    a, s = r.task.assignment, r.task.student
+    shard = course.root / "shards" / f"w{r.shard}"
+    try:
+        for step in STEPS:
+            dest = course.root / step / s / a
+            src = shard / step / s / a
+            if dest.exists():
+                shutil.rmtree(dest)
+            if r.shard >= 0 and src.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(src), str(dest))
+        if r.shard >= 0 and r.gradebook is not None:
+            store_submission(gb, a, s, r.gradebook)
+    except Exception as e:  # noqa: BLE001 - that student's flag; the batch goes on
+        gb.db.rollback()
+        shutil.rmtree(course.path("autograded", s, a), ignore_errors=True)
+        r.row.status = "flagged"
+        r.row.reasons.append(f"graded, but the grade could not be recorded in the gradebook "
+                             f"({type(e).__name__}: {str(e)[:150]}): grade it again")
 
-    by_shard: dict[int, list[Result]] = {}
-    for r in results:
-        by_shard.setdefault(r.shard, []).append(r)
-    for k, rs in sorted(by_shard.items()):
-        shard = course.root / "shards" / f"w{k}"
-        for r in rs:
-            a, s = r.task.assignment, r.task.student
-            for step in STEPS:
-                dest = course.root / step / s / a
-                src = shard / step / s / a
-                if dest.exists():
-                    shutil.rmtree(dest)
-                if k >= 0 and src.exists():
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(str(src), str(dest))
-        # what nbgrader recorded for each graded submission (ungradable ones never reached it)
-        graded = [(r.task.assignment, r.task.student) for r in rs if k >= 0 and r.row.status != "ungradable"]
-        if graded:
-            with Gradebook(f"sqlite:///{shard / 'gradebook.db'}") as src, Gradebook(course.db) as dst:
-                copy_submissions(src, dst, graded)
 
-
-def copy_submissions(src, dst, pairs) -> None:
-    """Copy submissions (with every grade and comment) from one gradebook into another."""
+def submission_data(gb, assignment: str, student: str) -> dict | None:
+    """Everything nbgrader recorded for one submission, as plain data (None if nothing)."""
     from nbgrader.api import MissingEntry
 
-    for assignment, student in pairs:
-        try:
-            s_sub = src.find_submission(assignment, student)
-        except MissingEntry:
-            continue
-        st = s_sub.student
-        dst.update_or_create_student(student, first_name=st.first_name, last_name=st.last_name,
-                                     email=st.email, lms_user_id=st.lms_user_id)
-        try:
-            d_sub = dst.find_submission(assignment, student)
-            d_sub.timestamp = s_sub.timestamp
-        except MissingEntry:
-            with nbgrader_quirks_silenced():
-                d_sub = dst.add_submission(assignment, student, timestamp=s_sub.timestamp)
-        d_sub.extension = s_sub.extension
-        for s_nb in s_sub.notebooks:
-            d_nb = dst.find_submission_notebook(s_nb.name, assignment, student)
-            d_nb.flagged = s_nb.flagged
-            d_nb.late_submission_penalty = s_nb.late_submission_penalty
-            for g in s_nb.grades:
-                dg = dst.find_grade(g.name, s_nb.name, assignment, student)
-                dg.auto_score, dg.manual_score = g.auto_score, g.manual_score
-                dg.extra_credit, dg.needs_manual_grade = g.extra_credit, g.needs_manual_grade
-            for c in s_nb.comments:
-                dc = dst.find_comment(c.name, s_nb.name, assignment, student)
-                dc.auto_comment, dc.manual_comment = c.auto_comment, c.manual_comment
-        dst.db.commit()
+    try:
+        sub = gb.find_submission(assignment, student)
+    except MissingEntry:
+        return None
+    st = sub.student
+    return {
+        "student": {"first_name": st.first_name, "last_name": st.last_name, "email": st.email,
+                    "lms_user_id": st.lms_user_id},
+        "timestamp": sub.timestamp, "extension": sub.extension,
+        "notebooks": [{"name": nb.name, "flagged": nb.flagged, "late_submission_penalty": nb.late_submission_penalty,
+                       "grades": [(g.name, g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade)
+                                  for g in nb.grades],
+                       "comments": [(c.name, c.auto_comment, c.manual_comment) for c in nb.comments]}
+                      for nb in sub.notebooks],
+    }
+
+
+def store_submission(dst, assignment: str, student: str, data: dict) -> None:
+    """Write :func:`submission_data` into gradebook ``dst`` (over an earlier grade, if any)."""
+    from nbgrader.api import MissingEntry
+
+    dst.update_or_create_student(student, **data["student"])
+    try:
+        d_sub = dst.find_submission(assignment, student)
+        d_sub.timestamp = data["timestamp"]
+    except MissingEntry:
+        with nbgrader_quirks_silenced():
+            d_sub = dst.add_submission(assignment, student, timestamp=data["timestamp"])
+    d_sub.extension = data["extension"]
+    for nb in data["notebooks"]:
+        d_nb = dst.find_submission_notebook(nb["name"], assignment, student)
+        d_nb.flagged = nb["flagged"]
+        d_nb.late_submission_penalty = nb["late_submission_penalty"]
+        for name, auto, manual, extra, needs in nb["grades"]:
+            dg = dst.find_grade(name, nb["name"], assignment, student)
+            dg.auto_score, dg.manual_score, dg.extra_credit, dg.needs_manual_grade = auto, manual, extra, needs
+        for name, auto, manual in nb["comments"]:
+            dc = dst.find_comment(name, nb["name"], assignment, student)
+            dc.auto_comment, dc.manual_comment = auto, manual
+    dst.db.commit()
 
 
 def gradebook_dump(db_url: str) -> list[tuple]:
