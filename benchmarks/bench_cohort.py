@@ -66,22 +66,21 @@ def bare_nbclient(nb_path: Path, repeats: int) -> float:
     return statistics.median(times)
 
 
-def notebooks_phase(res) -> float | None:
-    """Seconds from the first notebook's start to the last one's end (None if not recorded)."""
+def notebooks_phase(res) -> tuple[float, float] | None:
+    """When the first notebook began and the last one ended (None if the grader did not say:
+    nothing graded, or a version of it without these times)."""
     tl = getattr(res, "timeline", None)
     if not getattr(res, "steps", None) or not tl:
         return None
-    return max(t["ended"] for t in tl) - min(t["began"] for t in tl)
+    return min(t["began"] for t in tl), max(t["ended"] for t in tl)
 
 
 def where_time_went(res) -> str:
     """Collect, start-up, grading, export: from the cohort command's own step times."""
-    st, tl = getattr(res, "steps", None), getattr(res, "timeline", None)
-    if not st or not tl:
+    if notebooks_phase(res) is None:
         return "not recorded by this version of the grader"
-    first = min(t["began"] for t in tl)
-    last = max(t["ended"] for t in tl)
-    workers = sorted({t["worker"] for t in tl if t["worker"] >= 0})
+    (first, last), st, tl = notebooks_phase(res), res.steps, res.timeline
+    workers = {t["worker"] for t in tl if t["worker"] >= 0}
     busy = sum(t["ended"] - t["began"] for t in tl)
     return (f"collect {st['collected'] - st['start']:.1f} s; workers started, first notebook "
             f"{first - st['collected']:.1f} s later; notebooks {last - first:.1f} s "
@@ -203,8 +202,9 @@ def main() -> None:
     for i, (w, warm) in enumerate(order):
         res, wall, cpu_s = cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], w, warm)
         full.setdefault((w, warm), []).append(wall)
-        if notebooks_phase(res) is not None:
-            phase.setdefault((w, warm), []).append(notebooks_phase(res))
+        span = notebooks_phase(res)
+        if span is not None:
+            phase.setdefault((w, warm), []).append(span[1] - span[0])
         per = [r.seconds for r in res.records if r.status != "ungradable"]
         graded_n = len(per)
         tag = "[4]" if warm else "[4n]"

@@ -100,15 +100,16 @@ print(json.dumps([[fc.conforms(c, f) for f in ("iri", "iri-reference")] for c in
     assert "true" in out["plain"][1] and "false" in out["plain"][1]   # the cases tell the two apart
 
 
-def test_a_stopped_kernel_is_noticed_within_5_ms_steps(monkeypatch):
-    """nbgrader's kernel manager (``kernelmanager.PromptKernelManager``, selected with
-    ``QUICK_SHUTDOWN``) looks for a killed kernel's process every 5 ms, not every 100 ms."""
+def test_a_stopped_kernel_is_noticed_within_5_ms_steps(monkeypatch, tmp_path):
+    """nbgrader's kernel manager (``kernelmanager.PromptKernelManager``, selected for every
+    course) looks for a killed kernel's process every 5 ms, not every 100 ms."""
     import asyncio
 
     from awb_grader import kernelmanager
-    from awb_grader.warm import QUICK_SHUTDOWN
+    from awb_grader.course import Course
 
-    assert QUICK_SHUTDOWN["Execute.kernel_manager_class"] == "awb_grader.kernelmanager.PromptKernelManager"
+    cfg = Course(tmp_path).config()
+    assert cfg.Execute.kernel_manager_class == "awb_grader.kernelmanager.PromptKernelManager"
     km = kernelmanager.PromptKernelManager()
     alive = iter([True, True, True, False])
     slept = []

@@ -231,8 +231,8 @@ class CohortResult:
     sandbox: str
     seconds: float
     summary: str = ""
-    # how the time went (for the benchmark): when each step ended (time.time()), and per
-    # notebook graded now: its worker, when the worker took it, gave it back, was first ready
+    # how the time went (for the benchmark): when the run started and each step ended
+    # (time.time()), and per notebook graded now: its worker, when the worker took it and gave it back
     steps: dict = field(default_factory=dict)
     timeline: list = field(default_factory=list)
 
@@ -305,11 +305,10 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
     write_flags(records, got.unmatched, root / "flags.csv")
     say("4/4 summary")
-    steps["exported"] = time.time()
     res = CohortResult(root, records, [(r.task.assignment, r.task.student) for r in results], skipped,
                        got.unmatched, mode, time.perf_counter() - t0, steps=steps,
                        timeline=[{"assignment": r.task.assignment, "student": r.task.student, "worker": r.shard,
-                                  "began": r.began, "ended": r.ended, "ready": r.ready} for r in results])
+                                  "began": r.began, "ended": r.ended} for r in results])
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)
     (root / "summary" / "summary.txt").write_text(res.summary)

@@ -52,7 +52,6 @@ class Result:
     gradebook: dict | None = None                  # what nbgrader recorded (submission_data), for the merge
     began: float = 0.0                             # when the worker took it, and gave it back (time.time())
     ended: float = 0.0
-    ready: float = 0.0                             # when its worker was ready for a first notebook
 
 
 @dataclass
@@ -73,8 +72,6 @@ _W: dict = {}
 
 
 def _init_worker(spec: CourseSpec, ids) -> None:
-    import time
-
     k = ids.get()
     shard = Path(spec.root) / "shards" / f"w{k}"
     if shard.exists():
@@ -118,7 +115,6 @@ def _init_worker(spec: CourseSpec, ids) -> None:
         import threading
 
         threading.Thread(target=_preload_verdict, name="awb-preload", daemon=True).start()
-    _W["ready"] = time.time()
 
 
 def _end_now() -> None:
@@ -188,8 +184,7 @@ def _grade_one(task: Task) -> Result:
 
         with Gradebook(course.db) as gb:
             data = submission_data(gb, task.assignment, task.student)
-    return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases, data, began, time.time(),
-                  _W.get("ready", 0.0))
+    return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases, data, began, time.time())
 
 
 _EVENTS = [

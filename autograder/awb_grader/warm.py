@@ -68,10 +68,8 @@ STARTUP_PREFIXES = ("PYTHON", "IPYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENB
 
 
 # nbclient's "graceful" shutdown asks the kernel to exit and polls until it has (0.3-0.4 s a
-# notebook here); every output is in by then, so the grader stops it at once, and notices it
-# gone within 5 ms instead of jupyter_client's 100 ms (kernelmanager.py)
-QUICK_SHUTDOWN = {"Execute.shutdown_kernel": "immediate",
-                  "Execute.kernel_manager_class": "awb_grader.kernelmanager.PromptKernelManager"}
+# notebook here); every output is in by then, so the grader stops it at once
+QUICK_SHUTDOWN = {"Execute.shutdown_kernel": "immediate"}
 
 
 def startup_env(env: dict) -> dict:
