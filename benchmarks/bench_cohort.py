@@ -196,7 +196,7 @@ def main() -> None:
         return res, time.perf_counter() - t, cpu() - c
 
     full: dict = {}
-    phase: dict = {}            # (workers, warm) -> [seconds of the notebooks phase]
+    phase: dict = {}            # (workers, warm) -> [(seconds of the notebooks phase, its workers' busy seconds)]
     graded_n = 0
     order = [(W, True), (1, True), (W, False), (W, True), (1, True)] if W > 1 else [(1, True), (1, False), (1, True)]
     for i, (w, warm) in enumerate(order):
@@ -204,7 +204,8 @@ def main() -> None:
         full.setdefault((w, warm), []).append(wall)
         span = notebooks_phase(res)
         if span is not None:
-            phase.setdefault((w, warm), []).append(span[1] - span[0])
+            busy = sum(t["ended"] - t["began"] for t in res.timeline)
+            phase.setdefault((w, warm), []).append((span[1] - span[0], busy))
         per = [r.seconds for r in res.records if r.status != "ungradable"]
         graded_n = len(per)
         tag = "[4]" if warm else "[4n]"
@@ -227,14 +228,18 @@ def main() -> None:
               f"{mean[(1, True)] / mean[(W, True)]:.2f}x end to end for {graded_n} notebooks")
         if (1, True) in phase and (W, True) in phase:
             # the fixed part of a run (collect, workers' start-up, export, summary) and the part that
-            # grows with the cohort (the notebooks phase), each measured above: what a cohort of
-            # 300 students would see
-            p1, pw = statistics.mean(phase[(1, True)]), statistics.mean(phase[(W, True)])
+            # grows with the cohort, each measured above: what a cohort of 300 students would see.
+            # The part that grows is each worker's busy time per notebook, shared by the workers: a
+            # small cohort's notebooks phase also holds its last worker's wait for the others (9
+            # notebooks on 2 workers: 5 and 4), which 300 students spread thin
+            p1, pw = (statistics.mean(x[0] for x in phase[(w, True)]) for w in (1, W))
+            c1, cw = (statistics.mean(x[1] for x in phase[(w, True)]) / graded_n / w for w in (1, W))
             f1, fw = mean[(1, True)] - p1, mean[(W, True)] - pw
             n300 = 300 * graded_n / N
             print(f"    the notebooks alone: {p1:.1f} s vs {pw:.1f} s -> {p1 / pw:.2f}x; the rest of a run (collect, "
-                  f"workers' start-up, export, summary) {f1:.1f} s with 1 worker, {fw:.1f} s with {W}; for 300 "
-                  f"students of this exercise that makes {(f1 + p1 * n300 / graded_n) / (fw + pw * n300 / graded_n):.2f}x")
+                  f"workers' start-up, export, summary) {f1:.1f} s with 1 worker, {fw:.1f} s with {W}; with every "
+                  f"worker busy a notebook costs {c1:.2f} s vs {cw:.2f} s of wall time, so for 300 students of this "
+                  f"exercise that makes {(f1 + c1 * n300) / (fw + cw * n300):.2f}x")
     print(f"    warm kernels vs a new kernel per notebook, {W} worker(s): "
           f"{mean[(W, False)] / mean[(W, True)]:.2f}x faster")
 
