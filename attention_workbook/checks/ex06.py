@@ -271,7 +271,33 @@ def feedforward_structure(FeedForward) -> None:
     if not any(isinstance(m, nn.Dropout) and abs(m.p - 0.3) < 1e-9 for m in ff2.modules()):
         raise CheckFailed("FeedForward(8, 20, dropout=0.3) has no nn.Dropout(0.3)",
                           hint="end the network with nn.Dropout(dropout)", reread=SEC_FFN)
-    passed("FeedForward: Linear 8 -> 20, Linear 20 -> 8 with biases, Dropout(p), shape (B, T, D) kept")
+    ffn_dropout_placement(FeedForward, 8, 20, torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(4)))
+    passed("FeedForward: Linear 8 -> 20, Linear 20 -> 8 with biases, Dropout(p) on the output (or after the ReLU), "
+           "shape (B, T, D) kept")
+
+
+FFN_DROPOUT = ("the dropout goes on the network's output, after the second linear layer (the Annotated "
+               "Transformer's place, right after the ReLU, is accepted too), never on its input")
+
+
+def ffn_dropout_placement(FeedForward, D, d_ff, x, reread=SEC_FFN) -> None:
+    """In train mode with dropout=1 every dropped value is 0, so where the dropout sits shows: at the end
+    the output is 0; right after the ReLU (the Annotated Transformer's variant) it is the second
+    layer's bias."""
+    ff = _make(FeedForward, D, d_ff, 1.0, name="FeedForward", reread=reread)
+    _, l2 = _linears(ff, f"FeedForward({D}, {d_ff})", reread)
+    ff.train()
+    with torch.no_grad():
+        out = expect_tensor(call(ff, x, name="FeedForward.forward (train mode, dropout=1.0)", reread=reread),
+                            "FeedForward.forward")
+        expect_shape(out, x.shape, "FeedForward(x) in train mode", reread=reread)
+        at_end, after_relu = torch.zeros_like(x), l2.bias.expand(x.shape) if l2.bias is not None else torch.zeros_like(x)
+        if not (close(out, at_end) or close(out, after_relu)):
+            raise CheckFailed(f"FeedForward({D}, {d_ff}, dropout=1.0) in train mode: the dropout is not on the "
+                              "network's output", hint=FFN_DROPOUT, reread=reread,
+                              details=["with p = 1 dropout zeroes everything it sees: at the end the output is 0, "
+                                       "right after the ReLU it is the second layer's bias",
+                                       f"yours: max |output| = {float(out.abs().max()):.3g}"])
 
 
 def ffn_wrong_variants(x, l1, l2):
@@ -430,16 +456,72 @@ def _check_block(cls, pre_ln, mask_kind=None, seed=0, n_heads=4):
     return block, x, out
 
 
+BLOCK_DROPOUT = ("dropout goes on each sub-layer's output, before the residual add: x + drop(sublayer(...)); "
+                 "never on the residual stream, the LayerNorm's output or the sub-layer's input")
+
+
+def block_dropout_variants(block, x, pre_ln):
+    """What the block gives in train mode with dropout=1 (every dropped value 0) under the common
+    misplacements; the attention, LayerNorms and feed-forward are the block's own (black boxes)."""
+    attn, ln1, ln2, ff = (lambda h: block.attn(h)), block.ln1, block.ln2, block.ff
+    zero = torch.zeros_like(x)
+    if pre_ln:
+        return {
+            "dropout over the whole residual stream, drop(x + attn(ln1(x)))": zero + ff(ln2(zero)),
+            "dropout over the whole residual stream around both sub-layers": zero,
+            "no dropout on the attention's output": (lambda h: h + ff(ln2(h)))(x + attn(ln1(x))),
+            "dropout on the attention's input, attn(drop(ln1(x)))": (lambda h: h + ff(ln2(h)))(x + attn(zero)),
+        }
+    return {
+        "dropout after the LayerNorm, drop(ln1(x + attn(x)))": ln2(zero + ff(zero)),
+        "dropout after both LayerNorms": zero,
+        "no dropout on the attention's output": (lambda h: ln2(h + ff(h)))(ln1(x + attn(x))),
+        "dropout on the attention's input, attn(drop(x))": (lambda h: ln2(h + ff(h)))(ln1(x + attn(zero))),
+    }
+
+
+def block_dropout_placement(cls, pre_ln, D=16, H=2, d_ff=32, B=2, T=5, seed=0, reread=SEC_BLOCK) -> None:
+    """In train mode with dropout=1.0 dropout zeroes whatever it is applied to, so the output shows
+    where it sits: the attention's contribution is gone (x in pre-LN, ln1(x) in post-LN), and the
+    feed-forward's is whatever your FeedForward gives in train mode (its own dropout; 0 when the
+    block drops the sub-layer's output too, as the Annotated Transformer does)."""
+    torch.manual_seed(seed)
+    block = _block(cls, D, H, d_ff, dropout=1.0, pre_ln=pre_ln, reread=reread)
+    randomize_(block, seed)
+    block.train()
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        out = expect_tensor(call(block, x, name="TransformerBlock.forward (train mode, dropout=1.0)", reread=reread),
+                            "TransformerBlock.forward")
+        expect_shape(out, x.shape, "TransformerBlock(x) in train mode", reread=reread)
+        h = x if pre_ln else block.ln1(x)
+        ff_in = block.ln2(h) if pre_ln else h
+        finish = (lambda s: s) if pre_ln else block.ln2
+        accepted = [finish(h + block.ff(ff_in)), finish(h)]
+        if not any(close(out, a) for a in accepted):
+            name = first_match(out, block_dropout_variants(block, x, pre_ln))
+            raise CheckFailed(f"TransformerBlock(pre_ln={pre_ln}, dropout=1.0) in train mode: the dropout is in "
+                              "the wrong place", reread=reread,
+                              hint=(f"your block applies {name}: " if name else "") + BLOCK_DROPOUT,
+                              details=["with p = 1 dropout zeroes what it is applied to: the attention's "
+                                       "contribution vanishes and the stream keeps " + ("x" if pre_ln else "ln1(x)"),
+                                       f"inputs: x of shape {tuple(x.shape)}, random weights"])
+
+
 def block_pre_ln(TransformerBlock) -> None:
-    """pre_ln=True: x + attn(ln1(x)), then + ff(ln2(.)), computed from your own sub-modules."""
+    """pre_ln=True: x + attn(ln1(x)), then + ff(ln2(.)), computed from your own sub-modules; in train
+    mode the dropout sits on the attention's output, before the residual add."""
     _check_block(TransformerBlock, True)
-    passed("TransformerBlock(pre_ln=True): x = x + attn(ln1(x)); x = x + ff(ln2(x))")
+    block_dropout_placement(TransformerBlock, True, seed=6)
+    passed("TransformerBlock(pre_ln=True): x = x + drop(attn(ln1(x))); x = x + ff(ln2(x))")
 
 
 def block_post_ln(TransformerBlock) -> None:
-    """pre_ln=False: ln1(x + attn(x)), then ln2(. + ff(.)); here with 2 heads."""
+    """pre_ln=False: ln1(x + attn(x)), then ln2(. + ff(.)); here with 2 heads; in train mode the
+    dropout sits on the attention's output, before the residual add."""
     _check_block(TransformerBlock, False, n_heads=2)
-    passed("TransformerBlock(pre_ln=False): x = ln1(x + attn(x)); x = ln2(x + ff(x))")
+    block_dropout_placement(TransformerBlock, False, seed=7)
+    passed("TransformerBlock(pre_ln=False): x = ln1(x + drop(attn(x))); x = ln2(x + ff(x))")
 
 
 def block_mask(TransformerBlock) -> None:

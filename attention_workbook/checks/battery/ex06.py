@@ -117,6 +117,7 @@ def feedforward_structure(FeedForward, g) -> None:
                               reread=visible.SEC_FFN)
         if p and not any(isinstance(m, nn.Dropout) and abs(m.p - p) < 1e-12 for m in ff.modules()):
             raise CheckFailed(f"FeedForward(..., dropout={p}) has no nn.Dropout({p})", reread=visible.SEC_FFN)
+        visible.ffn_dropout_placement(FeedForward, D, d_ff, torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g))
 
 
 def feedforward_values(FeedForward, g) -> None:
@@ -183,12 +184,20 @@ def _block_vs_torch(cls, pre_ln, g, with_mask, n=3):
                 raise
 
 
+def _dropout(cls, pre_ln, g):
+    H = randint(g, 1, 4)
+    visible.block_dropout_placement(cls, pre_ln, D=H * randint(g, 2, 8), H=H, d_ff=randint(g, 4, 48),
+                                    B=randint(g, 1, 3), T=randint(g, 2, 9), seed=randint(g, 10_000, 10_000_000))
+
+
 def block_pre_ln(TransformerBlock, g) -> None:
     _block_vs_torch(TransformerBlock, True, g, with_mask=False)
+    _dropout(TransformerBlock, True, g)
 
 
 def block_post_ln(TransformerBlock, g) -> None:
     _block_vs_torch(TransformerBlock, False, g, with_mask=False)
+    _dropout(TransformerBlock, False, g)
 
 
 def block_mask(TransformerBlock, g) -> None:

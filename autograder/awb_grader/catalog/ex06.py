@@ -460,6 +460,28 @@ MISTAKES = [
         description="counts with math.pow, which returns a float: the right number, but not an integer",
         source=edit(A, "block_param_count", ("attention = 4 * D * D", "attention = 4 * math.pow(D, 2)")),
         must_fail=("test_block_param_count",), hint="float", visible=True),
+    # -- dropout placement (issue 24: real code put it after the LayerNorm or over the stream) --------
+    Mistake(
+        id="block_dropout_whole_stream", cell="TransformerBlock",
+        description="pre-LN dropout over the whole residual stream, drop(x + attn(ln1(x))), instead of on the "
+                    "attention's output before the residual add",
+        source=edit(A, "TransformerBlock", ("x = x + self.drop(self.attn(self.ln1(x), mask=mask))",
+                                            "x = self.drop(x + self.attn(self.ln1(x), mask=mask))")),
+        must_fail=("test_block_pre_ln",), hint="whole residual stream", label="dropout over the residual stream"),
+    Mistake(
+        id="block_dropout_after_layernorm", cell="TransformerBlock",
+        description="post-LN dropout after the LayerNorm, drop(ln1(x + attn(x))), instead of on the attention's "
+                    "output before the residual add (a bug a public encoder layer shipped)",
+        source=edit(A, "TransformerBlock", ("x = self.ln1(x + self.drop(self.attn(x, mask=mask)))",
+                                            "x = self.drop(self.ln1(x + self.attn(x, mask=mask)))")),
+        must_fail=("test_block_post_ln",), hint="dropout after the LayerNorm", label="dropout after the LayerNorm"),
+    Mistake(
+        id="ff_dropout_on_input", cell="FeedForward",
+        description="the feed-forward's dropout on its input instead of its output",
+        source=edit(A, "FeedForward", ("self.net = nn.Sequential(nn.Linear(d_model, d_ff)",
+                                       "self.net = nn.Sequential(nn.Dropout(dropout), nn.Linear(d_model, d_ff)"),
+                    (",\n                                 nn.Dropout(dropout))", ")")),
+        must_fail=("test_feedforward_structure",), hint="never on its input", label="FFN dropout on its input"),
     Mistake(
         id="loader_fixed_heads", cell="from_torch_encoder_layer",
         description="builds the block with 4 heads instead of reading layer.self_attn.num_heads",
@@ -581,6 +603,22 @@ class TransformerBlock(nn.Module):
         return self.sublayers[1](x)
 ''',
         }),
+    Alternative(
+        id="annotated_transformer_dropout",
+        description="the Annotated Transformer's dropout: inside the feed-forward right after the ReLU, and on "
+                    "each sub-layer's output in the block (x + drop(ff(ln2(x))))",
+        cells={
+            "FeedForward": edit(A, "FeedForward", ("nn.ReLU(), nn.Linear(d_ff, d_model),\n                                 nn.Dropout(dropout))",
+                                                   "nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))")),
+            "TransformerBlock": edit(A, "TransformerBlock", ("x = x + self.ff(self.ln2(x))", "x = x + self.drop(self.ff(self.ln2(x)))"),
+                                     ("x = self.ln2(x + self.ff(x))", "x = self.ln2(x + self.drop(self.ff(x)))")),
+        }),
+    Alternative(
+        id="ffn_dropout_after_relu",
+        description="the feed-forward's dropout right after the ReLU (the Annotated Transformer's place), none at "
+                    "its end, the block as the exercise writes it",
+        cells={"FeedForward": edit(A, "FeedForward", ("nn.ReLU(), nn.Linear(d_ff, d_model),\n                                 nn.Dropout(dropout))",
+                                                      "nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))"))}),
     Alternative(
         id="warnings_torch_range",
         description="positions from torch.range (deprecated: torch warns on every call): correct, so full "

@@ -165,6 +165,17 @@ def feedforward_structure(FeedForward) -> None:
             raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) has {n} parameters, expected {2 * D * d_ff + d_ff + D}")
         if p and not any(m["kind"] == "Dropout" and abs(m["p"] - p) < 1e-12 for m in A.describe(ff)):
             raise CheckFailed(f"hidden test: FeedForward(..., dropout={p}) has no nn.Dropout({p})")
+        # train mode, p = 1: dropout on the output gives 0; right after the ReLU (accepted), linear2's bias
+        ff = A.train(_new(FeedForward, D, d_ff, 1.0, name="FeedForward"), True)
+        _, l2 = _two_linears(ff)
+        b2 = A.params(ff).get(f"{l2['path']}.bias")
+        x = torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g)
+        with torch.no_grad():
+            out = call(ff, x, name="FeedForward.forward")
+        accepted = [torch.zeros_like(x)] + ([b2.detach().expand(x.shape)] if isinstance(b2, torch.Tensor) else [])
+        if not isinstance(out, torch.Tensor) or not any(close(out, a) for a in accepted):
+            raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}, dropout=1.0) in train mode should give 0 "
+                              "(dropout on the output) or linear2's bias (dropout right after the ReLU)")
 
 
 def feedforward_values(FeedForward) -> None:
@@ -275,12 +286,44 @@ def _block_vs_torch(cls, pre_ln, seed, with_mask, is_causal=False):
                         TORCH_TOL)
 
 
+def _block_dropout(cls, pre_ln, seed):
+    """Train mode with dropout=1.0: every dropped value is 0. The attention's output must be dropped
+    before the residual add (pre-LN: the stream keeps x; post-LN: ln1(x)); the feed-forward (made to
+    compute Linear-ReLU-Linear from the layer's weights) adds its output, or nothing when the block
+    drops that sub-layer's output too (the Annotated Transformer's wiring)."""
+    g = rng(seed)
+    for case in range(2):
+        H = randint(g, 1, 4)
+        D, d_ff = H * randint(g, 2, 8), randint(g, 4, 48)
+        B, T = randint(g, 1, 3), randint(g, 2, 9)
+        layer = nn.TransformerEncoderLayer(D, H, d_ff, dropout=0.0, batch_first=True, norm_first=pre_ln)
+        randomize_(layer, seed + case)
+        block = _new(cls, D, H, d_ff, dropout=1.0, pre_ln=pre_ln, name="TransformerBlock")
+        _load_encoder_layer(block, layer)
+        A.train(block, True)
+        x = torch.randn(B, T, D, generator=g)
+        with torch.no_grad():
+            out = call(block, x, name="TransformerBlock.forward")
+            ff = lambda h: layer.linear2(F.relu(layer.linear1(h)))
+            if pre_ln:
+                accepted = [x + ff(layer.norm2(x)), x]
+            else:
+                h = layer.norm1(x)
+                accepted = [layer.norm2(h + ff(h)), layer.norm2(h)]
+        if not isinstance(out, torch.Tensor) or not any(close(out, a) for a in accepted):
+            fail_values(f"TransformerBlock(pre_ln={pre_ln}, dropout=1.0) in train mode (dropout on each sub-layer's "
+                        "output, before the residual add)", out if isinstance(out, torch.Tensor) else torch.zeros(0),
+                        accepted[0], f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}", TOL)
+
+
 def block_pre_ln(TransformerBlock) -> None:
     _block_vs_torch(TransformerBlock, True, 610, with_mask=False)
+    _block_dropout(TransformerBlock, True, 615)
 
 
 def block_post_ln(TransformerBlock) -> None:
     _block_vs_torch(TransformerBlock, False, 620, with_mask=False)
+    _block_dropout(TransformerBlock, False, 625)
 
 
 def block_mask(TransformerBlock) -> None:
