@@ -7,11 +7,14 @@
 # Environment overrides (used by the demo, the tests and the cohort tools):
 #   AWB_COURSE_ROOT, AWB_RELEASE_DIR, AWB_DB_URL, AWB_CELL_TIMEOUT
 import os
+import sys
 from pathlib import Path
 
 c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
 
 _REPO = Path(__file__).resolve().parent.parent
+if str(_REPO / "autograder") not in sys.path:       # (formgrader and plain `nbgrader` import the grader from here)
+    sys.path.insert(0, str(_REPO / "autograder"))
 
 c.CourseDirectory.course_id = "attention-workbook"
 c.CourseDirectory.root = os.environ.get("AWB_COURSE_ROOT", str(_REPO / "build" / "course"))
@@ -32,10 +35,19 @@ c.Execute.startup_timeout = 120
 # A student who deletes a test cell still has it run (and loses its points honestly).
 c.OverwriteCells.add_missing_cells = True
 
+# Every autograde, whichever way it is started (nbgrader autograde, formgrader's button, the
+# cohort command), runs the student's notebook in the bubblewrap sandbox and takes points only from
+# verdicts reached outside the student's process: awb_grader/protect.py (kernel spec, kernel
+# manager, autograde preprocessors). Without bubblewrap it refuses, unless told the grades may be
+# unprotected (AWB_UNPROTECTED=1 or --SandboxGuard.unprotected=True).
+from awb_grader.protect import configure as _protect  # noqa: E402
+
+_protect(c)
+
 # Grading kernels talk to nbgrader over local TCP. ipykernel >= 7.4 supports CurveZMQ encryption
 # of that channel and warns on every start when it is off ("Kernel is running over TCP without
-# encryption"): let jupyter_client provision the keys where both sides support it. (The cohort's
-# sandbox kernels use Unix sockets instead: KernelManager.transport = "ipc", see sandbox.py.)
+# encryption"): let jupyter_client provision the keys where both sides support it. (The sandbox's
+# kernels use Unix sockets instead: KernelManager.transport = "ipc", see protect.py.)
 def _curve_available() -> bool:
     try:
         import zmq

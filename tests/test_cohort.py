@@ -160,12 +160,9 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, mon
     # the shard, nbclient failed at once, nbgrader deleted the autograded folder and the starting
     # sandboxed kernel reported its working directory gone (every submission scored 0, flagged).
     root = tmp_path / "a-course-root-as-deep-as-an-instructor-may-choose" / "course"
-    quiet = dict(workers=2, timeout=30, progress=False, say=_quiet, exercises=["04"], sandbox="auto")
-    # the first run starts a new sandboxed kernel per notebook (as where warm ones are not
-    # possible: no root); the later runs fork them from a zygote (test_warm_sandbox.py)
-    monkeypatch.setenv("AWB_SANDBOX_WARM", "0")
+    quiet = dict(workers=2, timeout=30, progress=False, say=_quiet, exercises=["04"],
+                 unprotected=not sandbox.bwrap_works())
     r1 = _cohort_in_fresh_process(first, root, **quiet)
-    monkeypatch.delenv("AWB_SANDBOX_WARM")
     assert sorted(r1.graded_now) == [(A, "ada"), (A, "dev")]
     assert r1.sandbox == ("bwrap" if sandbox.bwrap_works() else "limits")
     assert len(str(root / "shards" / "w0" / "runtime" / "sock" / "kernel-ipc-1")) > sandbox.SUN_PATH_MAX

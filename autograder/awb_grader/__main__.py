@@ -8,17 +8,23 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
+    from .shards import intercept  # issue 21 hook: gradescope, prairielearn, merge, cohort --shard I/N
+    if (code := intercept(argv, main)) is not None:
+        return code
     ap = argparse.ArgumentParser(prog="python -m awb_grader", description="Attention Workbook grading tools")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("release", help="regenerate exercises/ from solutions/ with nbgrader generate_assignment")
     r.add_argument("assignments", nargs="*")
     r.add_argument("--check", action="store_true", help="only report whether exercises/ is in sync")
     sub.add_parser("demo", help="grade the demo cohort end to end and print the table")
-    g = sub.add_parser("grade", help="grade a zip or folder of submissions for one assignment")
-    g.add_argument("assignment")
+    g = sub.add_parser("grade", help="the cohort command for one exercise: grade a zip or folder of its submissions")
+    g.add_argument("assignment", help="e.g. 04 or 04_queries_keys_values")
     g.add_argument("submissions", type=Path, help="a zip (LMS download) or a folder of .ipynb files")
-    g.add_argument("--course", type=Path, default=None, help="course root (default build/course)")
-    g.add_argument("--timeout", type=int, default=None, help="cell time limit in seconds (default 120)")
+    g.add_argument("--course", type=Path, default=None, help="course root (default build/cohort)")
+    g.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
+    g.add_argument("--workers", type=int, default=None)
+    g.add_argument("--unprotected", action="store_true", help="grade even where bubblewrap cannot run "
+                                                              "(resource limits only): the grades are NOT protected")
     g.add_argument("--no-feedback", action="store_true")
     c = sub.add_parser("cohort", help="grade a whole cohort (every exercise) from one LMS zip or folder: "
                                       "collect, repair, sandboxed parallel autograde, feedback, CSV, summary")
@@ -30,8 +36,8 @@ def main(argv=None) -> int:
                                                   "and (?P<file_id>NN_topic) groups, optionally (?P<timestamp>...)")
     c.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
     c.add_argument("--memory-mb", type=int, default=4096, help="memory limit of a student's kernel (default 4096)")
-    c.add_argument("--sandbox", choices=["auto", "bwrap", "limits", "off"], default="auto",
-                   help="auto: bubblewrap if it works here, else resource limits only (with a warning)")
+    c.add_argument("--unprotected", action="store_true", help="grade even where bubblewrap cannot run "
+                                                              "(resource limits only): the grades are NOT protected")
     c.add_argument("--regrade", action="store_true", help="grade every submission again, changed or not")
     c.add_argument("--no-feedback", action="store_true")
     c.add_argument("--no-verdict", action="store_true", help="skip the outside-the-kernel re-check")
@@ -56,29 +62,21 @@ def main(argv=None) -> int:
 
         demo.run()
         return 0
-    if a.cmd == "grade":
-        from .course import REPO, Course
-        from .pipeline import collect, grade_submissions, table, write_flags_csv
-
-        course = Course(a.course or REPO / "build" / "course", timeout=a.timeout)
-        subs = collect(a.submissions, a.assignment, course.root / "downloaded" / a.assignment)
-        if not subs:
-            print(f"no submissions found in {a.submissions}", file=sys.stderr)
-            return 2
-        course.generate_assignment(a.assignment)
-        rows = grade_submissions(course, a.assignment, subs, feedback=not a.no_feedback)
-        course.export_csv(course.root / "grades.csv")
-        write_flags_csv(rows, course.root / f"flags_{a.assignment}.csv")
-        print(table(rows))
-        print(f"\ngrades: {course.root / 'grades.csv'}\nflags:  {course.root / f'flags_{a.assignment}.csv'}")
-        return 0
-    if a.cmd == "cohort":
+    if a.cmd in ("grade", "cohort"):
         from .cohort import DEFAULT_PATTERN, run_cohort
         from .course import REPO
+        from .protect import Refused
 
-        res = run_cohort(a.submissions, a.course or REPO / "build" / "cohort", a.exercises, a.workers,
-                         a.pattern or DEFAULT_PATTERN, a.timeout, a.sandbox, a.regrade, not a.no_feedback,
-                         not a.no_verdict, a.memory_mb)
+        one = a.cmd == "grade"
+        try:
+            res = run_cohort(a.submissions, a.course or REPO / "build" / "cohort",
+                             exercises=[a.assignment] if one else a.exercises, workers=a.workers,
+                             pattern=DEFAULT_PATTERN if one else (a.pattern or DEFAULT_PATTERN), timeout=a.timeout,
+                             unprotected=a.unprotected, regrade=not one and a.regrade, feedback=not a.no_feedback,
+                             verdict=one or not a.no_verdict, memory_mb=4096 if one else a.memory_mb)
+        except Refused as e:
+            print(e, file=sys.stderr)
+            return 3
         return 0 if res.records or res.unmatched else 2
     if a.cmd == "adversarial":
         import shutil

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .course import Course, assignments as course_assignments
 from .pipeline import Row, _fmt
+from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 
 # <student>_<anything_>NN_topic[ (1)|-2].ipynb  or  <student>/<anything_>NN_topic.ipynb
 DEFAULT_PATTERN = (r"^(?:.*/)?(?P<student_id>[A-Za-z0-9][A-Za-z0-9.@-]*)(?:_|/)(?:[^/]*?_)?"
@@ -238,28 +239,33 @@ class CohortResult:
 
 
 def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, workers: int | None = None,
-               pattern: str = DEFAULT_PATTERN, timeout: int = 60, sandbox: str = "auto",
+               pattern: str = DEFAULT_PATTERN, timeout: int = 60, unprotected: bool = False,
                regrade: bool = False, feedback: bool = True, verdict: bool = True,
-               memory_mb: int = 4096, progress: bool = True, say=print) -> CohortResult:
+               memory_mb: int = 4096, progress: bool = True, say=print,
+               shard: tuple[int, int] | None = None) -> CohortResult:
+    """Grade ``source`` (an LMS zip or a folder) into the course root ``root``. Refuses
+    (``protect.Refused``) where bubblewrap cannot run, unless ``unprotected``."""
     from . import parallel, sandbox as sb
 
     t0 = time.perf_counter()
     steps = {"start": time.time()}
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    mode, extra = sb.configure(root, sandbox, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
-    course = Course(root, release_dir=root / "release", timeout=timeout, extra=extra)
+    mode = sb.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
+    course = Course(root, release_dir=root / "release", timeout=timeout)
     names = _resolve(exercises)
-    say(f"sandbox: {mode}" + (" (bubblewrap: no network, read-only system, only its own folder writable; "
-                              f"memory {memory_mb} MB, {timeout} s per cell"
-                              + ("; kernels forked from a zygote per worker, each jailed" if sb.warm_possible() else "")
-                              + ")" if mode == "bwrap" else ""))
+    say(f"sandbox: {mode}" + (" (bubblewrap, a new sandboxed kernel per notebook: no network, read-only system, "
+                              f"only its own folder writable; memory {memory_mb} MB, {timeout} s per cell)"
+                              if mode == "bwrap" else " (UNPROTECTED: resource limits only)"))
 
     say(f"1/4 collect: nbgrader zip_collect on {source} for {len(names)} exercise(s)")
     for a in names:
         if not (course.release_root / a / f"{a}.ipynb").exists() or not _in_gradebook(course, a):
             course.generate_assignment(a)
     got = collect(Path(source), root / "inbox", course, names, pattern)
+    from .shards import ACTIVE, select  # issue 21 hook: a cluster shard grades its slice only
+    if shard or ACTIVE:
+        got.subs = select(got.subs, *(shard or ACTIVE))
     n_files = sum(len(v) for v in got.subs.values())
     say(f"    {n_files} submission(s) from {len({s for v in got.subs.values() for s in v})} student(s)"
         + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else ""))
@@ -271,7 +277,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
             sha = _sha(path, ts)
             old = state.get(a, {}).get(student)
             done = old is not None and old.sha == sha and (
-                old.status == "ungradable" or (root / "autograded" / student / a).exists())
+                old.status == UNGRADABLE or (root / "autograded" / student / a).exists())
             if done and not regrade:
                 skipped += 1
                 continue
@@ -287,8 +293,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
         note = got.renamed.get((row.student, row.assignment))
         if note:
             row.reasons.insert(0, f"{note}: graded as {row.assignment}.ipynb")
-            if row.status == "ok":
-                row.status = "repaired"
+            if row.status == OK:
+                row.status = REPAIRED
         state.setdefault(row.assignment, {})[row.student] = Record(
             row.assignment, row.student, _sha(Path(r.task.path), r.task.timestamp), row.score, row.max_score,
             row.status, row.reasons, row.failed_cells, r.errors, round(r.seconds, 2),
@@ -363,7 +369,7 @@ def misconceptions(records: list[Record], assignment: str, top: int = 5) -> list
     student's error output. Returns [{cell, n, share, mistakes: [(description, n_students)]}]."""
     from . import catalog
 
-    graded = [r for r in records if r.assignment == assignment and r.status != "ungradable"]
+    graded = [r for r in records if r.assignment == assignment and r.status != UNGRADABLE]
     if not graded:
         return []
     fails = Counter(c for r in graded for c in r.failed_cells)
@@ -413,8 +419,7 @@ def summarize(res: CohortResult) -> str:
     recs = res.records
     from .sandbox import WARNING
 
-    lines = {"bwrap": [], "limits": [WARNING, ""]}.get(
-        res.sandbox, ["WARNING: sandbox off (--sandbox off): student code ran with the grader's permissions", ""])
+    lines = [] if res.sandbox == "bwrap" else [WARNING, ""]
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "
              f"graded now {len(res.graded_now)}, kept {res.skipped}; {res.seconds:.0f} s; sandbox {res.sandbox}", ""]
     lines.append("score distribution per exercise (points):")
@@ -425,11 +430,11 @@ def summarize(res: CohortResult) -> str:
         mx = rs[0].max_score
         lines.append(f"  {a:<30} {len(rs):>4} {statistics.mean(sc):>6.1f} {statistics.median(sc):>6.1f} {_fmt(mx):>5}"
                      f"  {sum(s == mx for s in sc):>4}  {sum(s == 0 for s in sc):>4}  "
-                     f"{sum(r.status in ('flagged', 'ungradable') for r in rs):>7}")
+                     f"{sum(r.status in (FLAGGED, UNGRADABLE) for r in rs):>7}")
     if recs:
         (res.root / "summary").mkdir(exist_ok=True)
         lines.append(f"  histogram: {histogram(recs, res.root / 'summary' / 'scores.png')}")
-    flagged = [r for r in recs if r.status in ("flagged", "ungradable")]
+    flagged = [r for r in recs if r.status in (FLAGGED, UNGRADABLE)]
     lines += ["", f"flagged submissions ({len(flagged)}; all reasons in flags.csv):"]
     for r in flagged[:40]:
         lines.append(f"  {r.student:<14} {r.assignment[:2]}  {r.status:<10} {'; '.join(r.reasons)[:150]}")

@@ -17,53 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def _defer_iri_grammar() -> None:
-    """Put off building the IRI grammar of ``rfc3987_syntax`` until an IRI is checked.
-
-    ``import jsonschema`` (which nbformat, and so nbgrader, import) imports ``rfc3987_syntax``
-    when it is installed (JupyterLab's dependencies install it), and that module compiles an
-    Earley parser for RFC 3987 while it is imported: 1.1 s of CPU here, in every grading worker
-    and command, for a format (``iri``) that no notebook or nbgrader schema uses. Here
-    jsonschema gets a stand-in whose ``is_valid_syntax`` imports the real module on its first
-    call and hands every call to it: the same checks, built only if one is ever made."""
-    import importlib
-    import importlib.util
-    import types
-
-    name = "rfc3987_syntax"
-    if name in sys.modules or "jsonschema" in sys.modules:
-        return
-    try:
-        if importlib.util.find_spec(name) is None:
-            return
-    except (ImportError, ValueError):
-        return
-    stand_in = types.ModuleType(name, "stand-in: the real module is imported on the first check")
-    real = []
-
-    def load():
-        if not real:
-            if sys.modules.get(name) is stand_in:
-                del sys.modules[name]
-            real.append(importlib.import_module(name))
-            sys.modules[name] = real[0]
-        return real[0]
-
-    def is_valid_syntax(term, value):
-        return load().is_valid_syntax(term, value)
-
-    def missing(attr):              # anything else the module has: from the real one
-        if attr.startswith("__"):   # (the import system probes __path__, __spec__, ...)
-            raise AttributeError(attr)
-        return getattr(load(), attr)
-
-    stand_in.is_valid_syntax = is_valid_syntax
-    stand_in.__getattr__ = missing
-    sys.modules[name] = stand_in
-
-
-_defer_iri_grammar()
-
 REPO = Path(__file__).resolve().parents[2]
 AUTOGRADER = REPO / "autograder"
 CONFIG_FILE = AUTOGRADER / "nbgrader_config.py"
@@ -89,82 +42,6 @@ def ensure_kernel_path() -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if bindir not in path:
         os.environ["PATH"] = os.pathsep.join([bindir, *path])
-
-
-class _SchemaCheckedOnce:
-    """``jsonschema`` as nbgrader's metadata validator sees it (``nbgraderformat/common.py``), with
-    one change: ``validate`` checks a schema and builds its validator once, not once per cell.
-    nbgrader validates every cell's nbgrader metadata twice per autograde (and on feedback), and
-    ``jsonschema.validate`` checks the schema itself first each time: a fifth of a second per
-    notebook here. The validation is the same: the same validator class, the same errors."""
-
-    def __init__(self, module):
-        self._module = module
-        self._validators: dict = {}
-
-    def __getattr__(self, name):
-        return getattr(self._module, name)
-
-    def validate(self, instance, schema, cls=None, *args, **kwargs):
-        import json
-
-        if cls is not None or args or kwargs:
-            return self._module.validate(instance, schema, cls, *args, **kwargs)
-        key = json.dumps(schema, sort_keys=True)
-        validator = self._validators.get(key)
-        if validator is None:
-            cls = self._module.validators.validator_for(schema)
-            cls.check_schema(schema)
-            validator = self._validators[key] = cls(schema)
-        error = self._module.exceptions.best_match(validator.iter_errors(instance))
-        if error is not None:
-            raise error
-
-
-def nbgrader_schema_checked_once() -> None:
-    """Install :class:`_SchemaCheckedOnce` in nbgrader (once per process)."""
-    from nbgrader.nbgraderformat import common
-
-    if not isinstance(common.jsonschema, _SchemaCheckedOnce):
-        common.jsonschema = _SchemaCheckedOnce(common.jsonschema)
-
-
-def alembic_head() -> str:
-    """The revision nbgrader writes into a new gradebook, as ``alembic heads`` prints it (the
-    first head), read in this process from nbgrader's own migration scripts."""
-    from alembic.script import ScriptDirectory
-    from nbgrader.dbutil import ALEMBIC_DIR
-
-    heads = ScriptDirectory(ALEMBIC_DIR).get_heads()
-    if len(heads) != 1:
-        raise RuntimeError(f"nbgrader's migrations have {len(heads)} heads: {heads}")
-    return heads[0]
-
-
-def nbgrader_alembic_head_once() -> None:
-    """A new gradebook records nbgrader's migration head: ``Gradebook()`` asks for it each time
-    by running the ``alembic heads`` command in a new Python (2.6 s here, on every course
-    root, test course and cohort run). Here it is read once per process, in this process,
-    from the same migration scripts (:func:`alembic_head`; ``tests/test_grader_speedups.py``
-    compares it with the command's answer); where that fails, nbgrader asks as before."""
-    import functools
-
-    from nbgrader import api
-
-    if getattr(api.get_alembic_version, "awb_once", False):
-        return
-    original = api.get_alembic_version
-
-    @functools.cache
-    def get_alembic_version() -> str:
-        try:
-            return alembic_head()
-        except Exception:  # noqa: BLE001 - nbgrader's own way, unchanged
-            return original()
-
-    get_alembic_version.awb_once = True
-    get_alembic_version.original = original
-    api.get_alembic_version = get_alembic_version
 
 
 @contextmanager
@@ -197,6 +74,7 @@ class Course:
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "exchange").mkdir(exist_ok=True)   # nbgrader's exchange (unused: formgrader wants it)
         ensure_kernel_path()
         # So an instructor can also run plain `nbgrader ...` commands inside the course root.
         local = self.root / "nbgrader_config.py"
@@ -228,10 +106,6 @@ class Course:
             cfg.CourseDirectory.db_url = self.db_url
         if self.timeout:
             cfg.Execute.timeout = int(self.timeout)
-        # the same HTML, its templates compiled once per process instead of once per feedback;
-        # jupyter_client's kernel manager, noticing a stopped kernel within 5 ms, not 100 ms
-        cfg.GenerateFeedback.exporter_class = "awb_grader.htmlexport.CachedTemplatesHTMLExporter"
-        cfg.Execute.kernel_manager_class = "awb_grader.kernelmanager.PromptKernelManager"
         for key, value in self.extra.items():
             cls, trait = key.split(".")
             setattr(getattr(cfg, cls), trait, value)
@@ -242,8 +116,6 @@ class Course:
         from nbgrader.apps import NbGraderAPI
         from nbgrader.coursedir import CourseDirectory
 
-        nbgrader_schema_checked_once()
-        nbgrader_alembic_head_once()
         cfg = self.config()
         return NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
 

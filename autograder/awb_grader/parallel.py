@@ -14,8 +14,7 @@ its shard's gradebook is written into the main gradebook through nbgrader's ``Gr
 
 Work is handed out one submission at a time (slow notebooks do not pile up on one worker),
 so a progress bar can follow the whole cohort. A worker with nothing left to grade ends at
-once (its zygote and every process in its sandbox with it) instead of tearing down the
-PyTorch it imported.
+once instead of tearing down the PyTorch it imported.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from tqdm.auto import tqdm
 
 from .course import Course, nbgrader_quirks_silenced
 from .pipeline import Row, grade_submissions
+from .submissions import FLAGGED, UNGRADABLE
 
 
 @dataclass
@@ -90,39 +90,27 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     # and workers x threads would oversubscribe the cores
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    ipc = sandbox.worker_environment(k, shard / "runtime", Path(spec.sockets) / f"w{k}" if spec.sockets else None)
-    if extra.get("KernelManager.transport") == "ipc":
-        extra.update(ipc)
+    # this worker's own socket folder, runtime folder and sandbox uid
+    extra.update(sandbox.worker_environment(k, shard / "runtime", Path(spec.sockets) / f"w{k}" if spec.sockets else None))
+    if not spec.verdict:
+        extra["OutsideVerdict.recheck"] = False
     _W.update(k=k, spec=spec, course=Course(shard, release_dir=spec.release_dir, timeout=spec.timeout, extra=extra))
     if mp.parent_process() is not None:      # a pool's worker process (never the caller's)
         import atexit
 
         atexit.register(_end_now)            # registered last: runs first when the pool stops it
-    if spec.sockets and sandbox.warm_possible():
-        # warm sandboxed kernels: forked from a zygote in this worker's sandbox (warm.py); if it
-        # cannot start, every kernel is started new, as before
-        try:
-            _W["zygote"] = sandbox.start_zygote(shard / "autograded", Path(spec.sockets) / f"w{k}",
-                                                meanwhile=_preload)
-        except Exception as e:  # noqa: BLE001
-            import sys
+    # what the first autograde imports anyway (nbgrader, nbconvert, and PyTorch for the outside
+    # verdict), while the first notebook's kernel starts rather than after it
+    import threading
 
-            print(f"awb: worker {k}: no warm kernels ({type(e).__name__}: {e}); starting a new kernel per notebook",
-                  file=sys.stderr)
-    if spec.verdict:
-        # what only the outside verdict needs, imported while the first notebook's kernel runs
-        # (the worker mostly waits for it then) rather than while the zygote starts
-        import threading
-
-        threading.Thread(target=_preload_verdict, name="awb-preload", daemon=True).start()
+    threading.Thread(target=_preload, name="awb-preload", daemon=True).start()
 
 
 def _end_now() -> None:
     """The worker's exit once the pool has no more work for it: the results are all sent, its
     shard is merged by the main process, and nothing of its state is worth tearing down one
     object at a time (a Python with PyTorch, nbgrader and nbconvert loaded takes about a second
-    to finalize, which the main process would wait for). The zygote's sandbox goes with it
-    (bubblewrap's --die-with-parent ends the sandbox and every process in it)."""
+    to finalize, which the main process would wait for)."""
     import sys
 
     for stream in (sys.stdout, sys.stderr):
@@ -134,15 +122,11 @@ def _end_now() -> None:
 
 
 def _preload() -> None:
-    """What this worker's first autograde imports anyway (nbgrader, nbconvert): while its
-    zygote starts, not after."""
+    """What this worker's first autograde imports anyway (nbgrader, nbconvert; PyTorch and the
+    outside verdict's modules): while its first kernel starts, not after."""
     import nbconvert.exporters.html  # noqa: F401
     import nbgrader.apps  # noqa: F401
     import nbgrader.preprocessors  # noqa: F401
-
-
-def _preload_verdict() -> None:
-    """What the outside verdict imports (it compares with PyTorch)."""
     import torch  # noqa: F401
 
     from . import verdict  # noqa: F401
@@ -160,13 +144,7 @@ def _grade_one(task: Task) -> Result:
                             progress=False, timestamps={task.student: task.timestamp})[0]
     phases = {"grade": time.perf_counter() - t0}
     errors = {}
-    if row.status != "ungradable":
-        if spec.verdict:
-            from . import verdict
-
-            t1 = time.perf_counter()
-            verdict.apply(course, task.assignment, task.student, row)
-            phases["verdict"] = time.perf_counter() - t1
+    if row.status != UNGRADABLE:
         if spec.feedback:
             t1 = time.perf_counter()
             fb = course.generate_feedback(task.assignment, task.student)
@@ -174,62 +152,13 @@ def _grade_one(task: Task) -> Result:
             if not fb["success"]:
                 row.reasons.append("feedback could not be generated")
         errors = failing_errors(course, task.assignment, task.student, row.failed_cells)
-        for reason in sandbox_events(course, task.assignment, task.student):
-            row.reasons.append(reason)
-            if row.status in ("ok", "repaired"):
-                row.status = "flagged"
     data = None
-    if row.status != "ungradable":
+    if row.status != UNGRADABLE:
         from nbgrader.api import Gradebook
 
         with Gradebook(course.db) as gb:
             data = submission_data(gb, task.assignment, task.student)
     return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases, data, began, time.time())
-
-
-_EVENTS = [
-    ("network", ("Network is unreachable", "Temporary failure in name resolution", "Name or service not known",
-                 "No address associated", "gaierror"),
-     "tried to reach the network (blocked by the sandbox)"),
-    ("files", ("Permission denied", "Read-only file system", "unable to open database file",
-               "No such file or directory: '/", "No such file or directory: '.."),
-     "tried to read or write files outside its folder (blocked by the sandbox)"),
-    ("memory", ("MemoryError", "Cannot allocate memory", "DefaultCPUAllocator: can't allocate"),
-     "ran out of memory (the kernel's memory limit)"),
-    ("processes", ("Resource temporarily unavailable", "BlockingIOError", "can't start new thread"),
-     "started too many processes (the sandbox's process limit)"),
-    ("kernel", ("DeadKernelError", "Kernel died", "kernel died"),
-     "the kernel died (killed by a limit)"),
-    ("output", ("output truncated by the grader", "output removed by the grader"),
-     "huge output truncated"),
-]
-
-
-def sandbox_events(course: Course, assignment: str, student: str) -> list[str]:
-    """Reasons for the flags table read from the autograded notebook's outputs: what the
-    sandbox and the limits stopped (network, files outside the folder, memory, processes)."""
-    import nbformat
-
-    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
-    if not p.exists():
-        return []
-    found, seen = [], set()
-    for cell in nbformat.read(p, as_version=4).cells:
-        if cell.cell_type != "code":
-            continue
-        text = []
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                text += [o.get("ename", ""), o.get("evalue", "")]
-            elif o.get("output_type") == "stream":
-                text.append(o.get("text", "")[-400:])
-        blob = " ".join(text)
-        for key, needles, reason in _EVENTS:
-            if any(n in blob for n in needles) and key not in seen:
-                seen.add(key)
-                where = cell.metadata.get("nbgrader", {}).get("grade_id")
-                found.append(reason + (f" in {where}" if where else ""))
-    return found
 
 
 def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
@@ -286,7 +215,7 @@ def _run_pool(ctx, spec, ids, course, order, tasks, workers, progress) -> list[R
             try:
                 r = fut.result()
             except Exception as e:  # noqa: BLE001 - a crashed worker becomes that student's flag
-                row = Row(t.student, t.assignment, status="flagged",
+                row = Row(t.student, t.assignment, status=FLAGGED,
                           reasons=[f"grading worker crashed: {type(e).__name__}: {str(e)[:150]}"])
                 r = Result(t, row, -1)
             merge_one(course, r, gb)
@@ -328,7 +257,7 @@ def merge_one(course: Course, r: Result, gb) -> None:
     except Exception as e:  # noqa: BLE001 - that student's flag; the batch goes on
         gb.db.rollback()
         shutil.rmtree(course.path("autograded", s, a), ignore_errors=True)
-        r.row.status = "flagged"
+        r.row.status = FLAGGED
         r.row.reasons.append(f"graded, but the grade could not be recorded in the gradebook "
                              f"({type(e).__name__}: {str(e)[:150]}): grade it again")
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .course import Course
-from .submissions import UNGRADABLE, Inspection, inspect_notebook
+from .protect import verdict_of
+from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Row:
     assignment: str
     score: float = 0.0
     max_score: float = 0.0
-    status: str = "ok"
+    status: str = OK
     reasons: list[str] = field(default_factory=list)
     failed_cells: list[str] = field(default_factory=list)
     misconceptions: list[str] = field(default_factory=list)  # catalog labels its errors name
@@ -68,7 +69,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
             if res["success"]:
                 break
         if not res["success"]:
-            row.status = "flagged"
+            row.status = FLAGGED
             row.reasons.append("nbgrader could not grade it: " + _failure_reason(res))
             rows.append(row)
             continue
@@ -77,13 +78,11 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
         row.score = sum(scores.values())
         row.failed_cells = [c for c, s in scores.items() if s < max_scores.get(c, 0)]
         row.misconceptions, row.unanswered = _diagnose(course, assignment, student, row.failed_cells)
-        broken = _broken_answers(course, assignment, student)
-        if broken:
-            row.reasons.append("answer cell(s) do not run: " + ", ".join(broken))
-        timeouts = _timeouts(course, assignment, student)
-        if timeouts:
-            row.status = "flagged" if row.status in ("ok", "repaired") else row.status
-            row.reasons.append(f"cell time limit hit in: {', '.join(timeouts)} (infinite loop?)")
+        # what nbgrader's own autograde steps decided (protect.OutsideVerdict): every door reads it here
+        verdict = verdict_of(course.path("autograded", student, assignment) / f"{assignment}.ipynb")
+        row.reasons.extend(verdict.get("reasons", []))
+        if verdict.get("status") == FLAGGED and row.status in (OK, REPAIRED):
+            row.status = FLAGGED
         if feedback:
             fb = course.generate_feedback(assignment, student)
             if not fb["success"]:
@@ -108,21 +107,6 @@ def _first_line(text: str | None) -> str:
     return lines[-1][:200] if lines else "unknown error"
 
 
-def _timeouts(course: Course, assignment: str, student: str) -> list[str]:
-    import nbformat
-
-    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
-    if not p.exists():
-        return []
-    nb = nbformat.read(p, as_version=4)
-    hits = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error" and "CellTimeoutError" in out.get("ename", "") + "".join(out.get("traceback", [])):
-                hits.append(cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {nb.cells.index(cell)}"))
-    return hits
-
-
 def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) -> tuple[list[str], list[str]]:
     """(labels of the catalogued mistakes the failing checks' messages name, answer cells
     still holding the release's stub) for one autograded submission."""
@@ -145,23 +129,6 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
     named = [" or ".join(m.short for m in group) for group in catalog.named_by_errors(assignment, failed, errors)
              if group[0].cell not in unanswered]
     return list(dict.fromkeys(named)), unanswered
-
-
-def _broken_answers(course: Course, assignment: str, student: str) -> list[str]:
-    """Answer cells that raised when run (e.g. a SyntaxError): worth a note in the table."""
-    import nbformat
-
-    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
-    if not p.exists():
-        return []
-    out = []
-    for cell in nbformat.read(p, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") and cell.cell_type == "code":
-            for o in cell.get("outputs", []):
-                if o.get("output_type") == "error" and o.get("ename") != "NotImplementedError":
-                    out.append(f"{meta.get('grade_id')} ({o.get('ename')})")
-    return out
 
 
 def _forget_old_grade(course: Course, assignment: str, student: str) -> None:

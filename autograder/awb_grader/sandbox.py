@@ -77,53 +77,20 @@ def bwrap_works() -> bool:
     return _BWRAP_OK
 
 
-def resolve_mode(mode: str = "auto") -> str:
-    """'bwrap' | 'limits' (resource limits only) | 'off' (nbgrader's default kernel)."""
-    if mode == "auto":
-        return "bwrap" if bwrap_works() else "limits"
-    if mode == "bwrap" and not bwrap_works():
-        raise RuntimeError("--sandbox bwrap requested but bubblewrap is missing or cannot create namespaces")
-    if mode not in ("bwrap", "limits", "off"):
-        raise ValueError(f"unknown sandbox mode {mode!r}")
-    return mode
+# -- configuration of a grading run ------------------------------------------------------------
+def configure(unprotected: bool = False, limits: Limits | None = None, say=print) -> str:
+    """Decide the sandbox for this grading run (``protect.sandbox_mode``: bubblewrap, or, only
+    when the grader said so, resource limits alone; otherwise ``protect.Refused``) and put it
+    and the limits in this process's environment, which the grading workers, the kernels'
+    launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
+    preprocessors) come from the course's config file (``protect.configure``)."""
+    from .protect import UNPROTECTED_ENV, sandbox_mode
 
-
-# -- configuration of a course ---------------------------------------------------------------
-def configure(course_root: Path, mode: str = "auto", limits: Limits | None = None,
-              say=print) -> tuple[str, dict]:
-    """Install the sandbox kernel spec under ``course_root`` and return (mode, nbgrader settings
-    for ``Course.extra``). Sets JUPYTER_PATH and AWB_SANDBOX_* in this process's environment
-    (grading workers and kernels inherit them)."""
     limits = limits or Limits()
-    mode = resolve_mode(mode)
-    from .warm import QUICK_SHUTDOWN
-
-    extra = {
-        **QUICK_SHUTDOWN,
-        "Execute.timeout": limits.cell_timeout,
-        "LimitOutput.max_lines": 200,
-        "LimitOutputBytes.max_bytes": limits.output_bytes,
-        "Autograde.autograde_preprocessors": _autograde_preprocessors(),
-    }
-    os.environ["AWB_SANDBOX_MODE"] = mode
-    if mode == "off":
-        say("WARNING: sandbox off: student code runs with the grader's permissions and no limits")
-        return mode, extra
-    if mode == "limits":
+    mode = sandbox_mode(unprotected)
+    if mode != "bwrap":
         say(WARNING)
-    spec_root = Path(course_root).resolve() / ".jupyter"
-    kdir = spec_root / "kernels" / KERNEL_NAME
-    kdir.mkdir(parents=True, exist_ok=True)
-    (kdir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "awb_grader.sandbox", "-f", "{connection_file}"],
-        "display_name": "Python 3 (awb sandbox)",
-        "language": "python",
-        "interrupt_mode": "message",
-        "metadata": {"debugger": False},
-    }, indent=1))
-    paths = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
-    if str(spec_root) not in paths:
-        os.environ["JUPYTER_PATH"] = os.pathsep.join([str(spec_root), *paths])
+        os.environ[UNPROTECTED_ENV] = "1"
     os.environ.update({
         "AWB_SANDBOX_MODE": mode,
         "AWB_SANDBOX_MEM_MB": str(limits.memory_mb),
@@ -131,8 +98,7 @@ def configure(course_root: Path, mode: str = "auto", limits: Limits | None = Non
         "AWB_SANDBOX_NPROC": str(limits.nproc),
         "AWB_SANDBOX_FSIZE_MB": str(limits.fsize_mb),
     })
-    extra.update({"Execute.kernel_name": KERNEL_NAME, "KernelManager.transport": "ipc"})
-    return mode, extra
+    return mode
 
 
 # A Unix socket's path must fit in sockaddr_un.sun_path (108 bytes with the final NUL); zmq refuses
@@ -173,18 +139,6 @@ def worker_environment(worker: int, runtime_dir: Path, sockets: Path | None = No
         raise RuntimeError(f"kernel socket path {ip} is longer than a Unix socket allows ({SUN_PATH_MAX} bytes): "
                            "use a shorter folder for the sockets")
     return {"KernelManager.ip": str(ip)}
-
-
-def _autograde_preprocessors() -> list:
-    from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Execute, IgnorePattern,
-                                        SaveAutoGrades)
-
-    # nbgrader's default list with LimitOutput replaced by the byte-limiting subclass below
-    from .outputlimit import LimitOutputBytes
-
-    return [Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutputBytes, SaveAutoGrades,
-            AssignLatePenalties, CheckCellMetadata]
 
 
 # -- the kernel launcher ------------------------------------------------------------------------
@@ -300,57 +254,6 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     return cmd + inner
 
 
-# -- warm sandboxed kernels (a zygote per grading worker, see warm.py) ---------------------------
-ZYGOTE_ENV = "AWB_SANDBOX_ZYGOTE"            # the worker's zygote's socket
-ZYGOTE_ROOT_ENV = "AWB_SANDBOX_ZYGOTE_ROOT"  # the folder its kernels may work in (the shard's autograded/)
-# what the zygote keeps of root's powers inside its sandbox: enough to build each kernel's
-# namespaces and mounts, drop to the sandbox uid, and kill its kernels (the kernels keep none)
-ZYGOTE_CAPS = "CAP_SYS_ADMIN,CAP_SETUID,CAP_SETGID,CAP_SETPCAP,CAP_KILL"
-
-
-def warm_possible(env: dict | None = None) -> bool:
-    """Warm sandboxed kernels need bubblewrap and root (to jail each kernel under the sandbox's
-    own uid); ``AWB_SANDBOX_WARM=0`` turns them off."""
-    env = os.environ if env is None else env
-    return (env.get("AWB_SANDBOX_MODE") == "bwrap" and os.geteuid() == 0 and env.get("AWB_SANDBOX_WARM", "1") != "0"
-            and bwrap_works())
-
-
-def start_zygote(work_root: Path, private: Path, meanwhile=None):
-    """Start this grading worker's zygote in the sandbox: it may write only in ``work_root``
-    (where nbgrader puts each submission it grades), in its kernels' socket folder
-    (``private``/sock) and in its own folder. Sets the variables the launchers read; returns
-    the :class:`warm.Zygote`. ``meanwhile()`` runs while the zygote starts."""
-    from . import warm
-
-    work_root, private = Path(work_root).resolve(), Path(private).resolve()
-    work_root.mkdir(parents=True, exist_ok=True)
-    sock, zdir = private / "sock", private / "z"
-    sock.mkdir(parents=True, exist_ok=True)
-    zdir.mkdir(mode=0o700, exist_ok=True)
-    jail = {**limits_of(), "hide": [str(work_root), str(zdir)]}
-    kenv = kernel_env()
-
-    def wrap(program: list[str]) -> list[str]:
-        return [*_bwrap(str(zdir), _readonly(AUTOGRADER / "awb_grader" / "warm.py"), [work_root, sock, zdir]),
-                "--cap-add", ZYGOTE_CAPS, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())), *program]
-
-    zygote = warm.Zygote(zdir, wrap, jail, meanwhile)
-    os.environ[ZYGOTE_ENV] = zygote.path
-    os.environ[ZYGOTE_ROOT_ENV] = str(work_root)
-    return zygote
-
-
-def warm_request(kind: str, argv: list[str], cwd: str) -> dict | None:
-    """What to ask this worker's zygote for (None: no zygote, or ``cwd`` is outside its folder)."""
-    root = os.environ.get(ZYGOTE_ROOT_ENV)
-    if not os.environ.get(ZYGOTE_ENV) or not root or os.environ.get("AWB_SANDBOX_MODE") != "bwrap":
-        return None
-    if not (cwd + "/").startswith(root.rstrip("/") + "/"):
-        return None
-    return {"argv": argv, "cwd": cwd, "env": kernel_env(), "kind": kind}
-
-
 def _chown_tree(path: Path, uid: int) -> None:
     os.chown(path, uid, uid)
     for dirpath, dirnames, filenames in os.walk(path):
@@ -362,7 +265,7 @@ def _chown_tree(path: Path, uid: int) -> None:
 
 
 def _empty_folder(folder: Path) -> None:
-    """Empty ``folder`` (made if missing), keeping the folder itself: a zygote's sandbox binds it.
+    """Empty ``folder`` (made if missing), keeping the folder itself.
     What a previous kernel left there (it was writable to it: a symlink in place of the
     connection file, say) is removed, never followed."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -402,12 +305,6 @@ def launch(argv: list[str]) -> None:
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
-    request = warm_request("kernel", ["-f", conn], cwd) if private else None
-    if request:
-        from . import warm
-
-        why = warm.handoff(os.environ[ZYGOTE_ENV], request)     # returns only if the zygote could not
-        print(f"awb sandbox: no warm kernel ({why}); starting a new one", file=sys.stderr, flush=True)
     cmd = kernel_command(conn, cwd)
     os.execvp(cmd[0], cmd)
 
@@ -415,23 +312,5 @@ def launch(argv: list[str]) -> None:
 REPLAY = [sys.executable, "-m", "awb_grader.replay"]
 
 
-def launch_replay() -> None:
-    """``python -m awb_grader.sandbox --replay``: the outside verdict's replay process
-    (``replay.py``) in the sandbox, on this process's standard streams, forked from the worker's
-    zygote when there is one."""
-    cwd = os.getcwd()
-    request = warm_request("replay", [], cwd)
-    if request:
-        from . import warm
-
-        why = warm.handoff(os.environ[ZYGOTE_ENV], request)      # returns only if the zygote could not
-        print(f"awb sandbox: no warm replay ({why}); starting a new one", file=sys.stderr, flush=True)
-    cmd = sandbox_command(REPLAY, cwd)
-    os.execvp(cmd[0], cmd)
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--replay"]:
-        launch_replay()
-    else:
-        launch(sys.argv[1:])
+    launch(sys.argv[1:])

@@ -69,6 +69,10 @@ def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str
     return nb
 
 
+# the course's own notebooks in nbgrader's default kernel: unsandboxed, no outside verdict
+TRUSTED_NEW_KERNEL = {"Execute.kernel_name": "python3", "SandboxGuard.trusted_code": True}
+
+
 @dataclass
 class Graded:
     scores: dict[str, dict[str, float]]      # student -> {grade_id: score}
@@ -93,9 +97,9 @@ def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: P
     """Autograde one submission per entry of ``variants`` ({student: {grade_id: code}}) and
     per entry of ``files`` ({student: notebook to submit as it is}). ``warm``: nbgrader starts
     each notebook's kernel by forking a process that has PyTorch imported (``warm.py``), not a
-    new Python (no sandbox either way)."""
+    new Python (trusted code: no sandbox, no outside verdict either way)."""
     root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
-    with warm_kernels() if warm else contextlib.nullcontext({}) as extra:
+    with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
         course = Course(root, release_dir=root / "release", timeout=timeout, extra=dict(extra))
         course.generate_assignment(assignment)
         release_nb = course.release_root / assignment / f"{assignment}.ipynb"

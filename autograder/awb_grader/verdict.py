@@ -2,8 +2,9 @@
 
 nbgrader decides a test cell's points inside the student's kernel: a submission that redefines
 ``torch.allclose``, ``torch.testing``, numpy, the check helpers, or IPython's error display can
-make failing checks look green there. After nbgrader has graded a submission, :func:`apply`
-decides every test cell that earned points in the grader's own process:
+make failing checks look green there. After nbgrader has executed a submission, :func:`decide`
+(run by nbgrader itself, as the autograde step ``protect.OutsideVerdict``) decides every test
+cell that earned points, in the grader's own process:
 
 1. the student's code cells (setup and answers, the test cells left out) are run again in a
    fresh sandboxed process (``replay.py``), which then only answers requests;
@@ -21,9 +22,9 @@ decides every test cell that earned points in the grader's own process:
    names, ``exec``/``eval``/``compile``): where they do, nothing above can be trusted, and
    every point is withheld for review by hand.
 
-A cell that passed inside the kernel but fails any of this loses its points (nbgrader
-``manual_score = 0`` in the gradebook, so the export and feedback show it) and the submission
-is flagged with the reason. Every hidden check of exercises 00-08 replays this way; a cell
+A cell that passed inside the kernel but fails any of this loses its points (an error output
+that says why, so nbgrader's ``SaveAutoGrades`` scores it 0 and the feedback shows it) and the
+submission is flagged with the reason. Every hidden check of exercises 00-08 replays this way; a cell
 that could not be replayed (``Unsupported``, e.g. the replay process did not start) is withheld
 too, with a reason that says so.
 """
@@ -38,9 +39,8 @@ import re
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from .course import Course
 
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 MACHINERY = {"torch", "np", "numpy", "F", "nn", "math", "checks", "core", "hidden", "builtins", "sys",
@@ -166,9 +166,7 @@ class Replay:
         if mode == "bwrap" and os.geteuid() == 0:
             sandbox._chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
-        if sandbox.warm_request("replay", [], str(Path(cwd).resolve())):
-            cmd = [sys.executable, "-m", "awb_grader.sandbox", "--replay"]   # forked from the worker's zygote
-        elif mode in ("bwrap", "limits"):
+        if mode in ("bwrap", "limits"):
             cmd = sandbox.sandbox_command(program, str(cwd), env=env)
         else:
             cmd = program
@@ -461,75 +459,128 @@ def findings(nb, assignment: str, facts: dict | None = None) -> tuple[dict[str, 
     return found, hidden_code
 
 
-def apply(course: Course, assignment: str, student: str, row) -> dict[str, str]:
-    """Decide, in the grader's process, the cells that earned points inside the student's
-    kernel: each keeps its points only if its hidden check also passes outside that process
-    (``recheck``), its graded item is the student's own work (not the workbook's reference:
-    ``findings``), and the answer cells hide nothing (``obfuscation``). Withheld cells get
-    nbgrader ``manual_score = 0`` (the export and the feedback show it) and the reasons go to
-    ``row`` (flags.csv)."""
-    import nbformat
-    from nbgrader.api import Gradebook
+@dataclass
+class Decision:
+    """What the grader's process decided for one executed submission."""
+    withheld: dict = field(default_factory=dict)    # test grade_id -> why its points are withheld
+    reasons: list = field(default_factory=list)     # for the flags (every door shows the same)
+    flagged: bool = False
 
+
+def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 60,
+           scope: str = "full") -> Decision:
+    """Decide, in the grader's process, the test cells that earned points inside the student's
+    kernel (``earned``; ``nb`` is the executed notebook): each keeps its points only if its
+    hidden check also passes outside that process (``recheck``), its graded item is the
+    student's own work (not the workbook's reference: ``findings``), and the answer cells hide
+    nothing (``obfuscation``). Also reads what the execution itself says (answer cells that do
+    not run, cells cut by the time limit, what the sandbox stopped: :func:`events`).
+
+    ``scope``: "full"; "static" (no re-check outside the kernel: ``--no-verdict``); "events"
+    (only the execution's events: the course's own trusted notebooks)."""
     from attention_workbook.checks import own
 
-    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
-    if not p.exists():
-        return {}
-    nb = nbformat.read(p, as_version=4)
-    scores = course.scores(assignment, student)
-    earned = [c for c, s in scores.items() if s > 0]
+    d = Decision()
+    broken, timeouts, stopped = events(nb)
+    if broken:
+        d.reasons.append("answer cell(s) do not run: " + ", ".join(broken))
+    if timeouts:
+        d.flagged = True
+        d.reasons.append(f"cell time limit hit in: {', '.join(timeouts)} (infinite loop?)")
+    if scope == "events":
+        d.reasons += stopped
+        d.flagged = d.flagged or bool(stopped)
+        return d
     delegated, hidden_code = findings(nb, assignment)
     verdicts: dict[str, str] = {}
-    if earned and not hidden_code:       # (hidden code: every point is withheld anyway)
-        cell_timeout = int(course.config().Execute.timeout or 60)
+    if earned and not hidden_code and scope == "full":   # (hidden code: every point is withheld anyway)
         graded = own.EXERCISES.get(assignment[:2], {}).get("graded", [])
-        verdicts, facts = recheck(nb, p.parent, earned, timeout=cell_timeout, exercise=assignment[:2], graded=graded)
+        verdicts, facts = recheck(nb, cwd, earned, timeout=timeout, exercise=assignment[:2], graded=graded)
         delegated, _ = findings(nb, assignment, facts)
     code, _ = _cells(nb)
     suspicious = [h for src in code for h in suspicious_code(src)]
 
     withhold: dict[str, str] = {}
-    reasons: list[str] = []
     items = item_cells(nb)
     if hidden_code:
-        withhold.update({c: "obfuscated" for c in earned})
-        reasons.append(f"tampering: answer cells hide what they run ({'; '.join(hidden_code[:3])}"
-                       f"{'; ...' if len(hidden_code) > 3 else ''}): every point withheld, review by hand")
+        reason = (f"tampering: answer cells hide what they run ({'; '.join(hidden_code[:3])}"
+                  f"{'; ...' if len(hidden_code) > 3 else ''}): every point withheld, review by hand")
+        withhold.update({c: reason for c in earned})
+        d.reasons.append(reason)
     for name, notes in delegated.items():
-        lost = [c for c in items.get(name, []) if c in earned]
-        withhold.update({c: "delegated" for c in lost})
-        reasons.append(f"not the student's own work: {name} {'; '.join(notes[:3])} (the workbook's reference): "
-                       f"no points for {', '.join(items.get(name, [])) or name}")
+        reason = (f"not the student's own work: {name} {'; '.join(notes[:3])} (the workbook's reference): "
+                  f"no points for {', '.join(items.get(name, [])) or name}")
+        withhold.update({c: reason for c in items.get(name, []) if c in earned and c not in withhold})
+        d.reasons.append(reason)
     fails = [c for c, v in verdicts.items() if v.startswith("fail")]
     if fails:
-        withhold.update({c: verdicts[c] for c in fails if c not in withhold})
-        reasons.append("passed in the student's kernel but failed when re-checked outside it "
-                       f"(patched checking machinery?): {', '.join(fails)}: points withheld")
+        withhold.update({c: "failed when re-checked outside the student's process: " + verdicts[c][6:]
+                         for c in fails if c not in withhold})
+        d.reasons.append("passed in the student's kernel but failed when re-checked outside it "
+                         f"(patched checking machinery?): {', '.join(fails)}: points withheld")
     rest = [c for c, v in verdicts.items() if v.startswith("unsupported") and c not in withhold]
     if rest:
-        withhold.update({c: verdicts[c] for c in rest})
         why = verdicts[rest[0]].split(": ", 1)[-1][:120]
-        reasons.append(f"could not be re-checked outside the student's process ({why}): "
-                       f"{', '.join(rest)}: points withheld, review by hand")
+        withhold.update({c: f"could not be re-checked outside the student's process ({why}): review by hand"
+                         for c in rest})
+        d.reasons.append(f"could not be re-checked outside the student's process ({why}): "
+                         f"{', '.join(rest)}: points withheld, review by hand")
     if suspicious:
-        reasons.append(f"{'' if withhold else 'note: '}code touches the checking machinery ({suspicious[0]})"
-                       + ("" if withhold else "; verdicts confirmed outside the kernel"))
-    if withhold:
-        with Gradebook(course.db) as gb:
-            for c in withhold:
-                g = gb.find_grade(c, assignment, assignment, student)
-                g.manual_score = 0.0
-                g.needs_manual_grade = False
-            gb.db.commit()
-        scores = course.scores(assignment, student)
-        row.score = sum(scores.values())
-        maxs = course.max_scores(assignment)
-        row.failed_cells = [c for c, s in scores.items() if s < maxs.get(c, 0)]
-    if (withhold or delegated or hidden_code) and row.status != "ungradable":
-        row.status = "flagged"
-    row.reasons.extend(reasons)
-    return verdicts
+        d.reasons.append(f"{'' if withhold else 'note: '}code touches the checking machinery ({suspicious[0]})"
+                         + ("" if withhold else "; verdicts confirmed outside the kernel"))
+    d.reasons += stopped
+    d.withheld = withhold
+    d.flagged = d.flagged or bool(withhold or delegated or hidden_code or stopped)
+    return d
+
+
+_EVENTS = [
+    ("network", ("Network is unreachable", "Temporary failure in name resolution", "Name or service not known",
+                 "No address associated", "gaierror"),
+     "tried to reach the network (blocked by the sandbox)"),
+    ("files", ("Permission denied", "Read-only file system", "unable to open database file",
+               "No such file or directory: '/", "No such file or directory: '.."),
+     "tried to read or write files outside its folder (blocked by the sandbox)"),
+    ("memory", ("MemoryError", "Cannot allocate memory", "DefaultCPUAllocator: can't allocate"),
+     "ran out of memory (the kernel's memory limit)"),
+    ("processes", ("Resource temporarily unavailable", "BlockingIOError", "can't start new thread"),
+     "started too many processes (the sandbox's process limit)"),
+    ("kernel", ("DeadKernelError", "Kernel died", "kernel died"),
+     "the kernel died (killed by a limit)"),
+    ("output", ("output truncated by the grader", "output removed by the grader"),
+     "huge output truncated"),
+]
+
+
+def events(nb) -> tuple[list[str], list[str], list[str]]:
+    """What the executed notebook's outputs say: (answer cells that raised, e.g. a SyntaxError;
+    cells the time limit cut; what the sandbox and the limits stopped: network, files outside
+    the folder, memory, processes, a dead kernel, huge output)."""
+    broken, timeouts, stopped, seen = [], [], [], set()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        where = meta.get("grade_id")
+        text = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error" and o.get("ename") in ("KernelStopped", "PointsWithheld"):
+                continue                       # (the grader's own notes, not the student's execution)
+            if o.get("output_type") == "error":
+                ename = o.get("ename", "")
+                if meta.get("solution") and ename != "NotImplementedError":
+                    broken.append(f"{where} ({ename})")
+                if "CellTimeoutError" in ename + "".join(o.get("traceback", [])):
+                    timeouts.append(where or f"cell {i}")
+                text += [ename, o.get("evalue", "")]
+            elif o.get("output_type") == "stream":
+                text.append(o.get("text", "")[-400:])
+        blob = " ".join(text)
+        for key, needles, reason in _EVENTS:
+            if any(n in blob for n in needles) and key not in seen:
+                seen.add(key)
+                stopped.append(reason + (f" in {where}" if where else ""))
+    return broken, list(dict.fromkeys(timeouts)), stopped
 
 
 def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:

@@ -29,17 +29,9 @@ variable read when Python or PyTorch start (``PYTHON*``, ``OMP_*``, ``MKL_*``, `
 since a forked kernel could not honour it. If the launcher loses the zygote, or the zygote its
 owner, the kernels go too (nothing is left running).
 
-**In the sandbox** (``sandbox.py``, bubblewrap, the grader running as root): the zygote itself
-runs inside a bubblewrap sandbox of its grading worker (no network, read-only system, the
-worker's ``autograded/`` folder and its kernels' socket folder writable) and keeps only the
-capabilities it needs to build a jail; every kernel it forks is jailed before any student code
-runs (:func:`_jailed`): new PID, mount, IPC and network namespaces (so every process the
-student's code starts dies with the kernel, and nothing one kernel leaves in ``/tmp``,
-``/dev/shm`` or an IPC object reaches the next), a fresh ``/proc``, ``/tmp`` and ``/dev/shm``,
-the worker's ``autograded/`` folder replaced by an empty one holding only this submission's
-folder, the sandbox's resource limits, the sandbox's unprivileged uid with every capability
-dropped and ``no_new_privs`` set, and the wall-clock limit. The same zygote also forks the
-outside-verdict replay process (``replay.py``), jailed the same way.
+**Trusted code only.** A forked kernel shares the zygote's memory image and is not a security
+boundary: this is for the test suite's own catalog grading. Student code is graded in a new
+bubblewrap sandbox per kernel (``sandbox.py``), never in a forked one.
 """
 
 from __future__ import annotations
@@ -122,7 +114,7 @@ def _cold(argv: list[str], why: str | None) -> None:
 
 def handoff(path: str, request: dict) -> str:
     """Ask the zygote at ``path`` to fork the process ``request`` describes (``argv``, ``cwd``,
-    ``env``, ``kind``: "kernel" or "replay"), handing it this process's standard streams.
+    ``env``), handing it this process's standard streams.
     On success this process stands in for it (forwards signals, exits with its status) and
     never returns; otherwise returns why the zygote could not."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -159,7 +151,7 @@ def launch(argv: list[str]) -> None:
     path = os.environ.get(SOCKET_ENV)
     if not path:
         _cold(argv, f"{SOCKET_ENV} is not set")
-    why = handoff(path, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "kind": "kernel"})
+    why = handoff(path, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)})
     _cold(argv, why)
 
 
@@ -173,7 +165,7 @@ def _forget_zygote(sel, conn: socket.socket) -> None:
 
 def _become(req: dict, fds: list[int]) -> int:
     """In the forked process: take the launcher's streams, directory and environment, and run
-    the kernel (or the replay) ``req`` asks for; returns its exit status."""
+    the kernel ``req`` asks for; returns its exit status."""
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -193,12 +185,6 @@ def _become(req: dict, fds: list[int]) -> int:
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
-    if req.get("kind") == "replay":
-        sys.argv = [sys.argv[0]]
-        from . import replay
-
-        replay.main()
-        return 0
     # the grader's own modules are not the kernel's (a new kernel would not have them)
     for name in [m for m in sys.modules if m == "awb_grader" or m.startswith("awb_grader.")]:
         del sys.modules[name]
@@ -249,195 +235,9 @@ def _child(sel, conn: socket.socket, req: dict, fds: list[int]) -> None:
     _run_and_exit(req, fds)
 
 
-# -- the jail (the zygote inside the sandbox) ----------------------------------------------------
-# Linux constants (<sched.h>, <sys/mount.h>, <sys/prctl.h>)
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 8192, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
-_LIBC = None
-
-
-def _sys(name: str, *args) -> None:
-    """Call a libc function; raise OSError when it fails."""
-    global _LIBC
-    import ctypes
-
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    args = [a.encode() if isinstance(a, str) else a for a in args]
-    if getattr(_LIBC, name)(*args) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{name}{tuple(args)}: {os.strerror(err)}")
-
-
-def _under(path: str, roots) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
-def _mount_points() -> list[str]:
-    """This process's mount points (``/proc/self/mountinfo``, octal escapes undone)."""
-    import re
-
-    with open("/proc/self/mountinfo") as fh:
-        return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in fh]
-
-
-def _mounts(cwd: str, hide: list[str]) -> None:
-    """The kernel's own view of the files, as bubblewrap gives a new sandboxed kernel (run as pid
-    1 of its PID namespace, in its own mount namespace): a fresh /proc, an empty /tmp, an empty
-    /dev/shm writable only by root; every folder of ``hide`` (bound writable for all the
-    worker's kernels: the worker's ``autograded/``, the zygote's own folder) gone, except the
-    kernel's own folder ``cwd``. What the sandbox bound under /tmp (Python, the workbook, the
-    kernel's socket folder, when they lie there) is moved aside and back, flags and all."""
-    _sys("mount", None, "/", None, MS_REC | MS_PRIVATE, None)
-    stage = "/dev/shm"
-    _sys("mount", "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
-    held: list[tuple[str, str, bool]] = []
-
-    def hold(src: str, bind: bool) -> None:
-        h, is_dir = f"{stage}/{len(held)}", os.path.isdir(src)
-        if is_dir:
-            os.mkdir(h, 0o700)
-        else:                                   # a file bound on its own: a file to mount it on
-            open(h, "w").close()
-        _sys("mount", src, h, None, MS_BIND | MS_REC if bind else MS_MOVE, None)
-        held.append((h, src, is_dir))
-
-    kept = list(dict.fromkeys(m for m in _mount_points() if m.startswith("/tmp/") and not _under(m, hide)))
-    for m in kept:
-        if not _under(m, [o for o in kept if o != m]):     # (its parent mount carries it)
-            hold(m, bind=False)
-    hold(cwd, bind=True)
-    _sys("mount", "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    for root in hide:
-        if not _under(root, ["/tmp"]) and os.path.isdir(root):
-            _sys("mount", "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    for h, target, is_dir in held:
-        if is_dir:
-            os.makedirs(target, 0o755, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
-            open(target, "a").close()
-        _sys("mount", h, target, None, MS_MOVE, None)
-        (os.rmdir if is_dir else os.unlink)(h)
-    _sys("mount", "tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    _sys("mount", "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-
-
-def _drop(jail: dict) -> None:
-    """Resource limits, the sandbox's uid, no capability left, no way to gain one."""
-    import resource
-
-    mb = 2 ** 20
-    for limit, value in ((resource.RLIMIT_AS, jail["memory_mb"] * mb), (resource.RLIMIT_CPU, jail["life_s"]),
-                         (resource.RLIMIT_FSIZE, jail["fsize_mb"] * mb), (resource.RLIMIT_CORE, 0),
-                         (resource.RLIMIT_NPROC, jail["nproc"])):
-        resource.setrlimit(limit, (value, value))
-    uid = jail["uid"]
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    for cap in range(64):
-        try:
-            _sys("prctl", PR_CAPBSET_DROP, cap, 0, 0, 0)
-        except OSError:
-            break               # past the last capability this kernel knows
-    os.setresuid(uid, uid, uid)  # from root to another uid: the effective and permitted capabilities go
-    _sys("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-
-
-def _jailed(sel, conn: socket.socket, req: dict, fds: list[int], jail: dict, report: int) -> None:
-    """In the forked process (zygote inside the sandbox): a new PID namespace whose pid 1 (this
-    process's child) builds the kernel's jail, forks the kernel, enforces the wall-clock limit
-    and exits with the kernel's status; every process left in the namespace dies with it.
-    ``report``: a pipe to the zygote, which hears "ok" once the kernel is jailed (before any
-    student code runs), or why the jail could not be built."""
-    code = 1
-    try:
-        os.setsid()
-        _forget_zygote(sel, conn)
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)
-        os.dup2(fds[2], 2)          # what goes wrong before the kernel runs: where its stderr goes
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_IGN)      # (sent to the group: meant for the kernel)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _sys("unshare", CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
-        init = os.fork()
-        if init == 0:
-            _init(req, fds, jail, report)
-        for fd in [*fds, report]:
-            os.close(fd)
-        _, status = os.waitpid(init, 0)
-        code = os.waitstatus_to_exitcode(status)
-    except BaseException as e:  # noqa: BLE001
-        _tell(report, e)
-    os._exit(code if 0 <= code < 256 else 1)
-
-
-def _tell(report: int, error: BaseException) -> None:
-    """Say on the report pipe why the jail could not be built (and on stderr, with the traceback)."""
-    import traceback
-
-    traceback.print_exc()
-    try:
-        os.write(report, f"{type(error).__name__}: {error}"[:500].encode())
-    except OSError:
-        pass
-
-
-def _init(req: dict, fds: list[int], jail: dict, report: int) -> None:
-    """pid 1 of the kernel's PID namespace (see ``_jailed``); never returns."""
-    code = 1
-    try:
-        _sys("prctl", PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)   # the zygote killed us: all go
-        _mounts(req["cwd"], list(jail.get("hide", [])))
-        kernel = os.fork()
-        if kernel == 0:
-            try:
-                _drop(jail)
-                tmp = req["env"].get("MPLCONFIGDIR", "")
-                if tmp.startswith("/tmp/"):
-                    os.makedirs(tmp, exist_ok=True)     # (matplotlib found its folder in the zygote)
-                os.write(report, b"ok")
-                os.close(report)
-            except BaseException as e:  # noqa: BLE001 - never run student code unjailed
-                _tell(report, e)
-                os._exit(1)
-            _run_and_exit(req, fds)
-        for fd in [*fds, report]:
-            os.close(fd)
-
-        def timeout(_signum, _frame):
-            os.kill(kernel, signal.SIGKILL)
-
-        signal.signal(signal.SIGALRM, timeout)
-        signal.alarm(int(jail["life_s"]))
-        while True:           # reap every orphan until the kernel itself ends
-            pid, status = os.wait()
-            if pid == kernel:
-                code = os.waitstatus_to_exitcode(status)
-                break
-    except BaseException as e:  # noqa: BLE001
-        _tell(report, e)
-    os._exit(code if 0 <= code < 256 else 1)
-
-
-def _jail_report(fd: int, timeout: float = 30) -> str | None:
-    """What the jailed process said on its report pipe: None once it is jailed, else why not."""
-    import select
-
-    ready, _, _ = select.select([fd], [], [], timeout)
-    if not ready:
-        return f"no word from the jail within {timeout:g} s"
-    said = os.read(fd, 4096)
-    return None if said == b"ok" else (said.decode(errors="replace") or "the jailed process ended first")
-
-
-def serve(path: str, jail: dict | None = None) -> None:
+def serve(path: str) -> None:
     """The zygote: preload, say ``ready`` on stdout, fork a kernel per launcher; exit when the
-    owner closes our stdin (killing the kernels still running). ``jail``: jail every kernel
-    (the zygote runs in the sandbox; see ``_jailed``)."""
+    owner closes our stdin (killing the kernels still running)."""
     import importlib
     import selectors
 
@@ -461,10 +261,6 @@ def serve(path: str, jail: dict | None = None) -> None:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
-    if jail:
-        # what the replay imports before it reads the student's code (the kernel never sees them:
-        # see _become)
-        from . import replay  # noqa: F401
     mine = startup_env(os.environ)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(path):
@@ -511,27 +307,11 @@ def serve(path: str, jail: dict | None = None) -> None:
                         continue
                     sys.stdout.flush()
                     sys.stderr.flush()
-                    report = os.pipe() if jail else None
                     pid = os.fork()
                     if pid == 0:
-                        if jail:
-                            os.close(report[0])
-                            _jailed(sel, conn, req, fds, jail, report[1])
                         _child(sel, conn, req, fds)
                     for fd in fds:
                         os.close(fd)
-                    if report:
-                        # the launcher hears of its kernel only once it is jailed; if the jail
-                        # could not be built, the launcher starts a new sandboxed kernel instead
-                        os.close(report[1])
-                        why = _jail_report(report[0])
-                        os.close(report[0])
-                        if why:
-                            _kill(pid)
-                            os.waitpid(pid, 0)
-                            _send(conn, {"refused": f"the jail could not be built ({why})"})
-                            conn.close()
-                            continue
                     kids[pid] = conn
                     sel.register(conn, selectors.EVENT_READ, pid)
                     _send(conn, {"pid": pid})
@@ -585,18 +365,15 @@ def _kill(pid: int) -> None:
 class Zygote:
     """A running zygote owned by this process (stopped with :meth:`stop`, or when we exit)."""
 
-    def __init__(self, folder, wrap=None, jail: dict | None = None, meanwhile=None):
-        """``wrap(program) -> command``: how to start it (``sandbox.start_zygote``); ``jail``:
-        what every kernel's jail holds (see ``_jailed``); ``meanwhile()``: run while it starts."""
+    def __init__(self, folder, meanwhile=None):
+        """``meanwhile()``: run while it starts."""
         import subprocess
         from pathlib import Path
 
         self.folder = Path(folder)
         self.path = str(self.folder / "zygote.sock")
         program = [sys.executable, "-m", "awb_grader.warm", "serve", self.path]
-        if jail:
-            program += ["--jail", json.dumps(jail)]
-        self.proc = subprocess.Popen(wrap(program) if wrap else program, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(program, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd=self.folder)
         if meanwhile:
             try:
@@ -635,8 +412,9 @@ def install_kernel_spec(spec_root) -> None:
 
 
 def warm_kernels():
-    """Context manager: a zygote for this process's grading; yields the nbgrader settings
-    (``Course.extra``) that make nbgrader start its kernels from it."""
+    """Context manager: a zygote for this process's grading of trusted notebooks (the course's
+    own: the test suite's catalog, the demo); yields the nbgrader settings (``Course.extra``)
+    that make nbgrader start its kernels from it, unsandboxed."""
     import contextlib
     import shutil
     import tempfile
@@ -655,7 +433,8 @@ def warm_kernels():
             os.environ["JUPYTER_PATH"] = os.pathsep.join([os.path.join(folder, "spec"), *paths])
             zygote = Zygote(folder)
             os.environ[SOCKET_ENV] = zygote.path
-            yield {"Execute.kernel_name": KERNEL_NAME, **QUICK_SHUTDOWN}
+            # the course's own notebooks (trusted code): unsandboxed, and no outside verdict
+            yield {"Execute.kernel_name": KERNEL_NAME, "SandboxGuard.trusted_code": True, **QUICK_SHUTDOWN}
         finally:
             if zygote is not None:
                 zygote.stop()
@@ -671,8 +450,8 @@ def warm_kernels():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        serve(sys.argv[2], json.loads(sys.argv[4]) if sys.argv[3:4] == ["--jail"] else None)
+        serve(sys.argv[2])
     elif sys.argv[1:2] == ["launch"]:
         launch(sys.argv[2:])
     else:
-        sys.exit("usage: python -m awb_grader.warm serve SOCKET [--jail JSON] | launch -f CONNECTION_FILE")
+        sys.exit("usage: python -m awb_grader.warm serve SOCKET | launch -f CONNECTION_FILE")

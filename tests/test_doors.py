@@ -1,0 +1,232 @@
+"""One door to a grade: every way an instructor grades runs the same protected core.
+
+``nbgrader autograde`` (and formgrader's button, which calls the same nbgrader API: see
+``tests/test_browser.py``), ``python -m awb_grader grade`` and ``python -m awb_grader cohort`` all
+load the course's ``nbgrader_config.py``, which plugs ``awb_grader.protect`` into nbgrader's own
+extension points: the sandbox kernel spec and kernel manager, and the autograde preprocessors
+(sandbox guard, outside verdict, gradebook flag). The slow test grades five kinds of submission
+through the three command-line doors, with the real commands, and finds the same scores and flags.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from awb_grader import catalog, protect, sandbox
+from awb_grader.catalog.shortcuts import SHORTCUTS
+from awb_grader.course import AUTOGRADER, EXERCISES, REPO, Course
+from awb_grader.variants import student_notebook
+
+A = "05_multi_head_attention"
+RELEASE = EXERCISES / A / f"{A}.ipynb"
+BWRAP = sandbox.bwrap_works()
+FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel stops itself\n"
+
+
+def door_cases() -> dict[str, nbformat.NotebookNode]:
+    """{student: notebook}: honest work, a catalogued mistake, delegation to the workbook's
+    reference, encoded tampering with the checks (implementing nothing), a kernel that freezes."""
+    mistake = catalog.mistakes(A)[0]
+    short = {s.id: s for s in SHORTCUTS}
+    deleg, tamper = short["mha_subclasses_reference"], short["tamper_encoded_05"]
+    first = next(c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(RELEASE, as_version=4).cells
+                 if c.metadata.get("nbgrader", {}).get("solution"))
+    answers = [c.metadata["nbgrader"]["grade_id"] for c in nbformat.read(RELEASE, as_version=4).cells
+               if c.metadata.get("nbgrader", {}).get("solution")]
+    return {
+        "honest": student_notebook(RELEASE, A),
+        "mistake": student_notebook(RELEASE, A, {mistake.cell: mistake.source, **mistake.extra_cells}),
+        "delegation": student_notebook(RELEASE, A, dict(deleg.cells)),
+        "tampering": student_notebook(RELEASE, A, dict(tamper.cells),
+                                      unanswered=tuple(a for a in answers if a not in tamper.cells)),
+        "frozen": student_notebook(RELEASE, A, {first: FREEZE}),
+    }
+
+
+# -- the configuration every door loads --------------------------------------------------------
+def test_every_nbgrader_app_gets_the_protected_settings(tmp_path):
+    from traitlets.config.loader import PyFileConfigLoader
+
+    for cfg in (Course(tmp_path).config(),
+                PyFileConfigLoader("nbgrader_config.py", path=str(AUTOGRADER)).load_config()):
+        assert cfg.Execute.kernel_name == protect.KERNEL_NAME
+        assert cfg.Execute.kernel_manager_class == "awb_grader.protect.SandboxKernelManager"
+        assert cfg.KernelManager.transport == "ipc"
+        pre = list(cfg.Autograde.autograde_preprocessors)
+        assert pre[0] == "awb_grader.protect.SandboxGuard" and pre[-1] == "awb_grader.protect.FlagSubmission"
+        assert pre.index("awb_grader.protect.SandboxExecute") < pre.index("awb_grader.protect.OutsideVerdict") \
+            < pre.index("nbgrader.preprocessors.SaveAutoGrades")
+    # the course root a Course writes holds the same, for plain `nbgrader ...` run inside it
+    assert "load_subconfig" in (tmp_path / "nbgrader_config.py").read_text()
+    assert (tmp_path / "exchange").is_dir()          # formgrader's exchange folder exists
+
+
+def test_the_sandbox_kernel_spec_is_found_by_the_kernel_manager():
+    km = protect.SandboxKernelManager(kernel_name=protect.KERNEL_NAME)
+    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.sandbox"]
+    assert km.kernel_spec.interrupt_mode == "message"
+
+
+def test_without_bubblewrap_every_door_refuses_unless_told(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "_BWRAP_OK", False)
+    monkeypatch.delenv(protect.UNPROTECTED_ENV, raising=False)
+    nb = nbformat.v4.new_notebook()
+    guard = protect.SandboxGuard()
+    with pytest.raises(protect.Refused, match="bubblewrap"):
+        guard.preprocess(nb, {})
+    from awb_grader.cohort import run_cohort
+
+    with pytest.raises(protect.Refused, match="unprotected"):
+        run_cohort(tmp_path / "nothing.zip", tmp_path / "course", exercises=["05"], say=lambda *a: None)
+    assert not (tmp_path / "course" / "gradebook.db").exists()       # refused before grading anything
+    monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap")
+    nb, _ = protect.SandboxGuard(unprotected=True).preprocess(nb, {})
+    assert nb.metadata[protect.META]["sandbox"] == "limits"
+    assert nb.metadata[protect.META]["reasons"] == [protect.UNPROTECTED_NOTE]     # on the grade's own line
+    assert os.environ["AWB_SANDBOX_MODE"] == "limits"
+    with pytest.raises(protect.Refused, match="not the grading sandbox"):
+        protect.SandboxGuard(config=_config(kernel="python3")).preprocess(nb, {})
+
+
+def _config(kernel: str):
+    from traitlets.config import Config
+
+    c = Config()
+    c.Execute.kernel_name = kernel
+    return c
+
+
+PRODUCT = sorted((REPO / "autograder" / "awb_grader").rglob("*.py"))      # the grading core
+FORBIDDEN = {
+    "namespace, mount or capability code of our own": re.compile(r"\bctypes\b|CLONE_NEW|\bprctl\b|\bunshare\("),
+    "a dependency's internals patched": re.compile(
+        r"sys\.modules\[[^\]]*\]\s*=|\b(api|common|manager|kernelspec|jsonschema|nbgrader|jupyter_client)\.\w+\s*=[^=]"),
+    "a private method of a dependency overridden": re.compile(r"def _async_wait|def _create_environment"),
+}
+
+
+@pytest.mark.parametrize("what", list(FORBIDDEN))
+def test_no_jail_or_patch_of_a_dependency_in_the_product(what):
+    hits = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in PRODUCT
+            for i, line in enumerate(p.read_text().splitlines(), 1)
+            if FORBIDDEN[what].search(line) and not line.lstrip().startswith("#")]
+    assert hits == [], what
+
+
+def test_the_forbidden_patterns_would_find_what_was_there():
+    """The scan above can fail: it finds the lines this product used to hold."""
+    old = ["_LIBC = ctypes.CDLL(None, use_errno=True)", '_sys("unshare", CLONE_NEWPID | CLONE_NEWNS)',
+           "api.get_alembic_version = get_alembic_version", "sys.modules[name] = stand_in",
+           "common.jsonschema = _SchemaCheckedOnce(common.jsonschema)",
+           "    async def _async_wait(self, pollinterval: float = 0.1) -> None:"]
+    assert all(any(rx.search(line) for rx in FORBIDDEN.values()) for line in old)
+
+
+# -- the doors, graded for real -----------------------------------------------------------------
+def _run(cmd, cwd, timeout=900, **env):
+    full = {**os.environ, "PYTHONPATH": f"{AUTOGRADER}{os.pathsep}{REPO}",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", **env}
+    return subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def _gradebook(root: Path) -> dict[str, tuple[float, bool]]:
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for sub in gb.assignment_submissions(A):
+            nb = sub.notebooks[0]
+            out[sub.student.id] = (float(sum(g.score for g in nb.grades)), bool(nb.flagged))
+    return out
+
+
+def grade_through_every_door(tmp: Path, timeout: int = 20) -> dict[str, dict[str, dict]]:
+    """{door: {student: {score, flagged, reasons}}} for :func:`door_cases` graded by
+    ``nbgrader autograde``, ``python -m awb_grader grade`` and ``... cohort``."""
+    cases = door_cases()
+    lms = tmp / "lms.zip"
+    with zipfile.ZipFile(lms, "w") as zf:
+        for student, nb in cases.items():
+            zf.writestr(f"{student}_{A}.ipynb", nbformat.writes(nb))
+    doors: dict[str, dict[str, dict]] = {}
+
+    # 1. plain nbgrader, in a course root (what formgrader's button runs too)
+    root = tmp / "nbgrader"
+    course = Course(root)
+    course.generate_assignment(A)
+    for student, nb in cases.items():
+        p = tmp / f"{student}.ipynb"
+        nbformat.write(nb, p)
+        course.submit(student, A, p)
+    res = _run(["nbgrader", "autograde", A], root, AWB_CELL_TIMEOUT=str(timeout))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    doors["nbgrader autograde"] = {
+        s: {"score": sc, "flagged": fl,
+            "reasons": protect.verdict_of(root / "autograded" / s / A / f"{A}.ipynb").get("reasons", [])}
+        for s, (sc, fl) in _gradebook(root).items()}
+
+    # 2-3. the grader's commands (one exercise, and the whole-cohort command)
+    for door, cmd in (("grade", ["grade", "05", str(lms)]),
+                      ("cohort", ["cohort", str(lms), "--exercises", "05", "--workers", "2"])):
+        root = tmp / door
+        res = _run([sys.executable, "-m", "awb_grader", *cmd, "--course", str(root), "--timeout", str(timeout)], tmp)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        with open(root / "flags.csv") as fh:
+            flags = {r["student"]: r for r in csv.DictReader(fh)}
+        books = _gradebook(root)
+        doors[door] = {s: {"score": float(r["score"]), "flagged": books[s][1],
+                           "reasons": [x for x in r["reasons"].split(" | ") if x], "status": r["status"]}
+                       for s, r in flags.items()}
+        assert {s: v["score"] for s, v in doors[door].items()} == {s: v[0] for s, v in books.items()}
+    return doors
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("cohort")
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here: every door refuses (tested above)")
+def test_every_door_gives_the_same_scores_and_flags(tmp_path):
+    doors = grade_through_every_door(tmp_path)
+    first = doors["nbgrader autograde"]
+    full = catalog_max()
+    assert first["honest"] == {"score": full, "flagged": False, "reasons": []}
+    assert 0 < first["mistake"]["score"] < full and not first["mistake"]["flagged"]
+    assert first["delegation"]["flagged"] and first["delegation"]["score"] < full
+    assert any("not the student's own work" in r for r in first["delegation"]["reasons"])
+    assert first["tampering"]["score"] == 0 and first["tampering"]["flagged"]
+    assert any(r.startswith("tampering:") for r in first["tampering"]["reasons"])
+    assert first["frozen"]["score"] == 0 and first["frozen"]["flagged"]
+    assert any("kernel stopped answering" in r for r in first["frozen"]["reasons"])
+    for door in ("grade", "cohort"):
+        for student, got in doors[door].items():
+            want = first[student]
+            assert (got["score"], got["flagged"], got["reasons"]) == (want["score"], want["flagged"], want["reasons"]), \
+                (door, student)
+            assert got["status"] == ("flagged" if want["flagged"] else "ok"), (door, student)
+
+
+def catalog_max() -> float:
+    nb = nbformat.read(RELEASE, as_version=4)
+    return float(sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells
+                     if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")))
+
+
+if __name__ == "__main__":      # print the table for the README: python tests/test_doors.py
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        got = grade_through_every_door(Path(tmp))
+    students = list(door_cases())
+    print("| door | " + " | ".join(students) + " |")
+    print("|---|" + "---|" * len(students))
+    for door, per in got.items():
+        print(f"| `{door}` | " + " | ".join(
+            f"{per[s]['score']:g}/{catalog_max():g}{', flagged' if per[s]['flagged'] else ''}" for s in students) + " |")
