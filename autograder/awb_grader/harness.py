@@ -1,0 +1,431 @@
+"""What the Gradescope and PrairieLearn harnesses share: one submission graded by the cohort
+command, read back per graded cell.
+
+Nothing here grades: :func:`grade_upload` hands the uploaded notebook to
+:func:`awb_grader.cohort.run_cohort` (collection, check/repair, nbgrader autograde in the
+bubblewrap sandbox, the outside-the-kernel verdict) as a cohort of one, then reads what it wrote:
+the Record (status, reasons, failed cells, errors), nbgrader's gradebook (each cell's score and
+maximum) and the autograded notebook (each failing cell's message). :func:`bundle` copies the
+grading core into a folder that a platform unpacks (``/autograder/source``,
+``/grade/serverFilesCourse/awb``), optionally with new grading seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import re
+import resource
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .course import REPO
+
+STUDENT = "student"          # the one student of a harness's cohort
+# what a build copies: the grading core, the helper package, one exercise's source and release
+CORE = ("autograder", "attention_workbook", "pyproject.toml",
+        "requirements.txt", "tools/install_torch.py")
+HIDDEN_MESSAGE = ("failed a hidden check (random shapes and values against an independent oracle). "
+                  "Your code passes what the visible check tried, but not every input the text promises: "
+                  "run check_all() in the last cell of the exercise, and reread the function's section.")
+WITHHELD_MESSAGE = ("points withheld: this submission was flagged for review by your instructor "
+                    "(the grader found code that is not your own work, or that hides what it runs).")
+SEED = re.compile(r"\brng\((\d+)\)")
+
+
+# -- building ----------------------------------------------------------------------------------
+def resolve(exercise: str) -> str:
+    from .course import assignments
+
+    hit = [a for a in assignments() if a == exercise or a[:2] == exercise.zfill(2)[:2]]
+    if len(hit) != 1:
+        raise SystemExit(f"unknown exercise {exercise!r} (known: {', '.join(assignments())})")
+    return hit[0]
+
+
+def reseed_text(text: str, salt: str) -> tuple[str, int]:
+    """Every ``rng(N)`` of a hidden-check module replaced by a seed derived from ``salt`` and N
+    (the README's private-mirror advice, applied to a build): same checks, other cases."""
+    def new(m):
+        h = hashlib.sha256(f"{salt}:{m.group(1)}".encode()).digest()
+        return f"rng({int.from_bytes(h[:4], 'big') % 2_000_000_000 + 1000})"
+    return SEED.subn(new, text)
+
+
+def bundle(assignment: str | list[str], dest: Path, settings: dict, seed_salt: str | None = None) -> dict:
+    """Copy the grading core and the source and release of ``assignment`` (one, or a list)
+    under ``dest``; write ``harness.json`` (the build's settings). Returns the settings."""
+    names = [assignment] if isinstance(assignment, str) else list(assignment)
+    dest = Path(dest)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "demo_cohort")
+    for rel in CORE:
+        src = REPO / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / rel, ignore=ignore, dirs_exist_ok=True)
+        elif src.exists():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    for top in ("solutions", "exercises"):
+        for a in names:
+            shutil.copytree(REPO / top / a, dest / top / a, ignore=ignore, dirs_exist_ok=True)
+    reseeded = 0
+    if seed_salt:
+        for p in sorted((dest / "autograder" / "awb_grader" / "hidden").glob("ex*.py")):
+            text, n = reseed_text(p.read_text(), seed_salt)
+            p.write_text(text)
+            reseeded += n
+    settings = {"assignment": names[0] if len(names) == 1 else names, "reseeded": reseeded, **settings}
+    (dest / "harness.json").write_text(json.dumps(settings, indent=1) + "\n")
+    return settings
+
+
+# -- grading one upload ------------------------------------------------------------------------
+@dataclass
+class Test:
+    name: str                 # grade id of the test cell
+    score: float
+    max_score: float
+    message: str              # what the student may read: a visible hint, never hidden-check code
+    hidden: bool = False      # the message is about a hidden check (or a pass/withheld verdict)
+
+
+@dataclass
+class Outcome:
+    assignment: str
+    status: str               # ok | repaired | flagged | ungradable | no-file | error
+    score: float
+    max_score: float
+    tests: list[Test] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    misconceptions: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    peak_rss_mb: float = 0.0  # largest resident set of this process or one of its waited-for children
+    sandbox: str = ""
+    log: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """What the student reads about the whole submission."""
+        head = f"{self.assignment}: {_num(self.score)} / {_num(self.max_score)} points."
+        if self.status == "no-file":
+            return head + " No notebook was found in your submission: upload your " \
+                          f"{self.assignment}.ipynb (File > Download > Download .ipynb on Colab)."
+        if self.status == "ungradable":
+            why = self.reasons[0] if self.reasons else "it is not a readable notebook"
+            return head + f" Your file could not be graded: {why}. Upload the .ipynb file itself " \
+                          "(File > Download > Download .ipynb), unchanged by other tools."
+        if self.status == "error":
+            return head + " The grader failed on its side (not your fault): your instructor has the log."
+        if self.status == "flagged":
+            return head + " This submission is flagged for review by your instructor; " \
+                          "points for the flagged checks are withheld until then."
+        lost = [t.name for t in self.tests if t.score < t.max_score]
+        return head + (f" Checks that lost points: {', '.join(lost)}." if lost else " Every check passed.")
+
+    def instructor_report(self) -> str:
+        """The instructor-only log (Gradescope's stdout, PrairieLearn's job output)."""
+        lines = [f"awb grader: {self.assignment}  status {self.status}  score {_num(self.score)}/{_num(self.max_score)}"
+                 f"  {self.seconds:.1f} s  peak RSS {self.peak_rss_mb:.0f} MB  sandbox {self.sandbox or '?'}"]
+        lines += [f"  reason: {r}" for r in self.reasons]
+        lines += [f"  likely misconception: {m}" for m in self.misconceptions]
+        for t in self.tests:
+            lines.append(f"  {t.name:<30} {_num(t.score):>4}/{_num(t.max_score):<4} {t.message[:160]}")
+        lines += ["", "grader log:", *("  " + x for x in self.log[-60:])]
+        return "\n".join(lines)
+
+
+def _num(x: float):
+    return int(x) if float(x).is_integer() else round(x, 2)
+
+
+def find_upload(folder: Path, assignment: str) -> Path | None:
+    """The uploaded notebook: the file named like the release, else the only .ipynb, else the
+    newest .ipynb, else any file (which the cohort command then calls ungradable)."""
+    files = [p for p in Path(folder).rglob("*") if p.is_file() and "__MACOSX" not in p.parts
+             and ".ipynb_checkpoints" not in p.parts] if Path(folder).is_dir() else []
+    if not files:
+        return None
+    nbs = [p for p in files if p.suffix == ".ipynb"]
+    named = [p for p in nbs if p.name.endswith(f"{assignment}.ipynb")]
+    for group in (named, nbs, files):
+        if group:
+            return max(group, key=lambda p: (p.stat().st_mtime, str(p)))
+    return None
+
+
+def release_cells(release_nb: Path) -> list[tuple[str, float]]:
+    """(grade id, points) of every test cell of the release, in notebook order."""
+    import nbformat
+
+    nb = nbformat.read(release_nb, as_version=4)
+    out = []
+    for c in nb.cells:
+        md = c.metadata.get("nbgrader", {})
+        if md.get("grade") and not md.get("solution") and md.get("grade_id"):
+            out.append((md["grade_id"], float(md.get("points", 0))))
+    return out
+
+
+def _messages(nb_path: Path) -> dict[str, tuple[str, str]]:
+    """{grade id: (exception name, message)} of every graded cell that raised, read from the
+    autograded notebook."""
+    import nbformat
+
+    out = {}
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except Exception:  # noqa: BLE001 - no notebook: no messages
+        return out
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if c.cell_type != "code" or not gid:
+            continue
+        for o in c.get("outputs", []):
+            if o.get("output_type") == "error":
+                out[gid] = (o.get("ename", ""), re.sub(r"\x1b\[[0-9;]*m", "", o.get("evalue", "")))
+                break
+    return out
+
+
+def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, bool]:
+    """(text for the student, whether it concerns a hidden check). A hidden check's message
+    states its case and tolerance: the student gets a fixed sentence instead; a visible check's
+    hint (or the student's own exception) is shown as it is."""
+    text = evalue.strip() or (fallback.strip().splitlines() or [""])[0]
+    low = text.lower()
+    if "hidden test" in low or "awb_grader" in low or "begin hidden" in low:
+        return HIDDEN_MESSAGE, True
+    if not text:
+        return "this check failed (no message).", False
+    prefix = "" if ename in ("", "CheckFailed", "AssertionError") else f"{ename}: "
+    return (prefix + text)[:2000], False
+
+
+def _cohort_kwargs(**kw):
+    """Keyword arguments for run_cohort, dropping what this version of it does not take, and
+    allowing the resource-limits fallback where it asks (the platform's container is the
+    submission's own, discarded after it)."""
+    from .cohort import run_cohort
+
+    params = inspect.signature(run_cohort).parameters
+    if "unprotected" in params and "unprotected" not in kw:
+        kw["unprotected"] = os.environ.get("AWB_REQUIRE_SANDBOX", "0") != "1"
+    return {k: v for k, v in kw.items() if k in params}
+
+
+def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
+    """Build the course (nbgrader generate_assignment) once, at setup: a cohort run over no
+    submissions."""
+    from .cohort import run_cohort
+
+    empty = Path(root).parent / "awb-empty"
+    empty.mkdir(parents=True, exist_ok=True)
+    run_cohort(empty, root, **_cohort_kwargs(exercises=[assignment], workers=1, timeout=timeout, feedback=False,
+                                             progress=False, say=say))
+
+
+def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: Path, timeout: int = 60,
+                 memory_mb: int | None = None, sandbox: str = "auto") -> Outcome:
+    """Grade one uploaded file with the cohort command and read back every graded cell.
+    Never raises: a failure of the grader itself is an Outcome with status ``error``."""
+    t0 = time.perf_counter()
+    cells = release_cells(release_nb)
+    max_total = sum(p for _, p in cells)
+    out = Outcome(assignment, "error", 0.0, max_total)
+
+    def say(*a):
+        out.log.append(" ".join(str(x) for x in a))
+
+    try:
+        if upload is None:
+            out.status = "no-file"
+            out.tests = [Test(g, 0.0, p, "no notebook submitted") for g, p in cells]
+            return out
+        inbox = Path(root).parent / "awb-inbox"
+        shutil.rmtree(inbox, ignore_errors=True)
+        inbox.mkdir(parents=True)
+        shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
+        from .cohort import run_cohort
+
+        kw = dict(exercises=[assignment], workers=1, timeout=timeout, sandbox=sandbox, feedback=False,
+                  progress=False, say=say, regrade=True)
+        if memory_mb:
+            kw["memory_mb"] = memory_mb
+        res = run_cohort(inbox, root, **_cohort_kwargs(**kw))
+        out.sandbox = getattr(res, "sandbox", "")
+        rec = next((r for r in res.records if r.assignment == assignment and r.student == STUDENT), None)
+        if rec is None:
+            out.reasons.append("the cohort command returned no record for the upload")
+            return out
+        out.status, out.reasons = str(getattr(rec.status, "value", rec.status)), list(rec.reasons)
+        scores = _gradebook_scores(Path(root), assignment) if rec.status != "ungradable" else {}
+        msgs = _messages(Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb")
+        withheld = rec.status == "flagged" and any(
+            k in " ".join(rec.reasons) for k in ("tampering", "not the student's own work", "withheld"))
+        for gid, pts in cells:
+            got = scores.get(gid, 0.0)
+            if rec.status == "ungradable":
+                text, hid = "not graded: the file is not a readable notebook", False
+            elif got >= pts:
+                text, hid = "passed", True
+            elif msgs.get(gid, ("", ""))[1].strip() or rec.errors.get(gid, "").strip():
+                ename, evalue = msgs.get(gid, ("", ""))
+                text, hid = student_message(ename, evalue, rec.errors.get(gid, ""))
+            elif withheld:
+                text, hid = WITHHELD_MESSAGE, False
+            else:
+                text, hid = "this check did not earn its points", False
+            out.tests.append(Test(gid, got, pts, text, hid))
+        out.score = sum(t.score for t in out.tests) if rec.status != "ungradable" else 0.0
+        if abs(out.score - rec.score) > 1e-6 and rec.status != "ungradable":
+            out.reasons.append(f"note: per-cell scores add to {out.score}, the record says {rec.score}")
+            out.score = rec.score
+        try:
+            from . import catalog
+
+            out.misconceptions = [m.description for g in catalog.named_by_errors(assignment, rec.failed_cells,
+                                                                                 rec.errors) for m in g]
+        except Exception:  # noqa: BLE001 - the insight is optional
+            pass
+    except BaseException as e:  # noqa: BLE001 - the harness always writes a result
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        out.status = "error"
+        out.reasons.append(f"grader error: {type(e).__name__}: {e}")
+        out.log.extend(traceback.format_exc().splitlines())
+        out.tests = out.tests or [Test(g, 0.0, p, "not graded (grader error)") for g, p in cells]
+        out.score = 0.0
+    finally:
+        out.seconds = time.perf_counter() - t0
+        out.peak_rss_mb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                              resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+    return out
+
+
+def _gradebook_scores(root: Path, assignment: str) -> dict[str, float]:
+    """{grade id: score} of the student's submission in nbgrader's gradebook (a manual score,
+    which the outside verdict sets to 0 to withhold a cell, wins over the autograder's)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        try:
+            nb = gb.find_submission_notebook(assignment, assignment, STUDENT)
+        except MissingEntry:
+            return {}
+        return {g.name: float(g.score or 0.0) for g in nb.grades}
+
+
+# -- rehearsing a platform here (tests, benchmark) ---------------------------------------------
+def _cgroup(controller: str, name: str) -> Path | None:
+    base = Path("/sys/fs/cgroup") / controller
+    if not base.is_dir():
+        return None
+    try:
+        d = base / name
+        d.mkdir()
+        return d
+    except OSError:
+        return None
+
+
+def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, memory_mb: int | None = None,
+              cpus: float | None = None, timeout: float = 900) -> dict:
+    """Run ``argv`` as root in a bubblewrap container built like a grading platform's: the
+    host's system read-only, each ``binds`` target (``/autograder``, ``/grade``) a writable host
+    folder, a private ``/tmp``. Where this machine lets us make cgroups (v1), the run gets
+    ``memory_mb`` of memory and ``cpus`` CPUs, as the platform's container would.
+
+    Returns {rc, seconds, stdout, peak_pss_mb (sampled every 0.2 s over the whole process tree,
+    shared pages counted once), cgroup_peak_mb (the cgroup's peak, page cache included; None
+    without cgroups), oom (the limit was hit), limited (memory limit enforced)}."""
+    import subprocess
+    import threading
+    import uuid
+
+    import psutil
+
+    args = ["bwrap", "--die-with-parent", "--cap-add", "ALL", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp", "--tmpfs", "/root", "--ro-bind", "/sys", "/sys"]
+    for entry in sorted(Path("/").iterdir()):
+        if entry.name in ("proc", "dev", "sys", "tmp", "root") or f"/{entry.name}" in binds:
+            continue
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry), str(entry)]
+        elif entry.is_dir():
+            args += ["--ro-bind", str(entry), str(entry)]
+    for target, host in binds.items():
+        args += ["--bind", str(host), target]
+    name = f"awb-rehearsal-{uuid.uuid4().hex[:8]}"
+    mem = _cgroup("memory", name) if memory_mb else None
+    cpu = _cgroup("cpu", name) if cpus else None
+    if mem:
+        (mem / "memory.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
+        try:
+            (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
+        except OSError:
+            pass
+    if cpu:
+        (cpu / "cpu.cfs_period_us").write_text("100000")
+        (cpu / "cpu.cfs_quota_us").write_text(str(int(100000 * cpus)))
+
+    def enter():
+        for d in (mem, cpu):
+            if d:
+                (d / "cgroup.procs").write_text(str(os.getpid()))
+
+    full_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+                "LANG": "C.UTF-8", **(env or {})}
+    peak = [0.0]
+    done = threading.Event()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args + list(argv), env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=enter)
+
+    def sample():
+        try:
+            top = psutil.Process(proc.pid)
+        except psutil.Error:
+            return
+        while not done.wait(0.2):
+            total = 0
+            try:
+                procs = [top, *top.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for p in procs:
+                try:
+                    total += p.memory_full_info().pss
+                except psutil.Error:
+                    pass
+            peak[0] = max(peak[0], total / 2**20)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, _ = proc.communicate()
+    seconds = time.perf_counter() - t0
+    done.set()
+    th.join()
+    out = {"rc": proc.returncode, "seconds": seconds, "stdout": stdout.decode(errors="replace"),
+           "peak_pss_mb": round(peak[0], 1), "cgroup_peak_mb": None, "oom": False, "limited": bool(mem),
+           "cpus": cpus if cpu else None}
+    if mem:
+        out["cgroup_peak_mb"] = round(int((mem / "memory.max_usage_in_bytes").read_text()) / 2**20, 1)
+        ctl = dict(line.split()[:2] for line in (mem / "memory.oom_control").read_text().splitlines() if line.strip())
+        out["oom"] = int(ctl.get("oom_kill", 0)) > 0
+    for d in (mem, cpu):
+        if d:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    return out
