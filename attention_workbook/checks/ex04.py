@@ -200,11 +200,47 @@ def sdpa_wrong_variants(q, k, v, mask=None) -> dict[str, tuple[torch.Tensor, tor
         w = torch.softmax(s, -1).masked_fill(~mask, 0.0)
         out["the mask applied after the softmax: mask the scores with -inf BEFORE the softmax, "
             "so the remaining weights still sum to 1"] = (w @ v, w)
+        w = w / w.sum(-1, keepdim=True)
+        if not bool(torch.isfinite(w).all()):   # otherwise equal to the right answer: names nothing
+            out[RENORMALISED] = (w @ v, w)
         w = torch.softmax(s.masked_fill(~mask, 0.0), -1)
         out["masked scores set to 0 instead of -inf: exp(0) = 1 still gives them weight"] = (w @ v, w)
         w = torch.softmax(s.masked_fill(mask, neg), -1)
         out["the mask inverted: True means 'may attend' (fill where ~mask)"] = (w @ v, w)
     return out
+
+
+RENORMALISED = ("the weights masked and renormalised (zeroed where mask is False, then divided by their sum): a "
+                "masked key with a huge score takes all the weight before it is removed, leaving 0/0 = nan "
+                "(lecture 04 shows this case). Fill the scores with -inf BEFORE the softmax")
+
+
+def extreme_masked_inputs(q, k, mask):
+    """q, k changed so that some masked key has a huge score (about 150 after scaling) for rows
+    in which every such key is masked: the lecture's extreme case. Correct masking (-inf before the
+    softmax) never looks at masked scores; masking after the softmax and renormalising gives
+    0/0 = nan there. No allowed key gets a huge score, so a plain softmax stays finite."""
+    q, k = q.clone(), k.clone()
+    full = torch.broadcast_to(mask, q.shape[:-1] + (k.shape[-2],))          # (..., Tq, Tk)
+    huge_key = ~full.all(-2)                                                 # (..., Tk): masked somewhere
+    hot = (~full | ~huge_key[..., None, :]).all(-1)                          # (..., Tq): all huge keys masked
+    q[..., 0] = hot.to(q.dtype)
+    k[..., 0] = huge_key.to(k.dtype) * 150 * math.sqrt(q.shape[-1])
+    return q, k
+
+
+def sdpa_extreme(sdpa, q, k, v, mask, what, reread):
+    """The lecture's extreme case: a masked key with a huge score changes nothing."""
+    q, k = extreme_masked_inputs(q, k, mask)
+    out, w = _student_sdpa(sdpa, q, k, v, mask)
+    ref_out, ref_w = _reference(q, k, v, mask)
+    inputs = _shape_text(("q", q), ("k", k), ("v", v), ("mask", mask)) + ", a masked key with a score of 150"
+    if not (bool(torch.isfinite(w).all()) and close(w, ref_w)):
+        hint = _name_sdpa_mistake(out, w, q, k, v, mask) or ("a masked key's score must not matter: fill the "
+                                                              "scores with -inf where mask is False, then softmax")
+        raise CheckFailed(f"{what}: the weights change (or become nan) when a masked key has a huge score",
+                          reread=reread, hint=hint, details=[f"inputs: {inputs}"])
+    expect_close(out, ref_out, f"out ({what}, a masked key with a huge score)", reread=reread, inputs=inputs)
 
 
 BATCH_AXES = ("it works only for 3-D inputs (exactly one batch axis), but `...` in (..., Tq, d) means any number "
@@ -229,15 +265,32 @@ def batch_forms(check, forms, reread=SEC_MATRIX) -> None:
         ok_3d = ok_3d or len(batch) == 1
 
 
+NO_BUILTIN_ATTENTION = ("write the attention yourself: F.scaled_dot_product_attention and nn.MultiheadAttention are "
+                        "off limits inside scaled_dot_product_attention and SelfAttentionHead (the head may call "
+                        "your own scaled_dot_product_attention)")
+
+
+def builtin_attention() -> list[tuple[object, str]]:
+    """PyTorch's attention: what scaled_dot_product_attention and SelfAttentionHead may not call
+    (patched to raise while they run; exercise 05's MultiHeadAttention has the same rule)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    return [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward"),
+            (nn.MultiheadAttention, "forward")]
+
+
 def call_with_mask(fn, *args, mask=None, name: str, reread: str):
-    """core.call(fn, *args, mask); when it raises with the mask but runs without it, the error
-    is the mask's: the hint says to use the mask as it is."""
+    """core.call(fn, *args, mask) with PyTorch's attention blocked; when it raises with the mask
+    but runs without it, the error is the mask's: the hint says to use the mask as it is."""
     try:
-        return call(fn, *args, mask, name=name, reread=reread)
+        with forbid(builtin_attention(), NO_BUILTIN_ATTENTION):
+            return call(fn, *args, mask, name=name, reread=reread)
     except CheckFailed as e:
         if mask is not None and "raised" in e.title:
             try:
-                call(fn, *args, None, name=name, reread=reread)
+                with forbid(builtin_attention(), NO_BUILTIN_ATTENTION):
+                    call(fn, *args, None, name=name, reread=reread)
             except CheckFailed:
                 raise e from None
             raise CheckFailed(e.title, hint=MASK_AS_IS, reread=SEC_PADDING, details=e.details,
@@ -359,7 +412,11 @@ def sdpa_causal(sdpa) -> None:
         expect_close(out, ref_out, "out with a causal mask", reread=SEC_CAUSAL)
 
     batch_forms(check, [(2,), (), (2, 2)], reread=SEC_CAUSAL)
-    passed("scaled_dot_product_attention: a causal mask gives the future weight exactly 0 (no, one and two batch axes)")
+    g = torch.Generator().manual_seed(12)
+    sdpa_extreme(sdpa, torch.randn(2, T, 4, generator=g), torch.randn(2, T, 4, generator=g),
+                 torch.randn(2, T, 3, generator=g), mask, "causal mask", SEC_CAUSAL)
+    passed("scaled_dot_product_attention: a causal mask gives the future weight exactly 0 (no, one and two batch "
+           "axes), whatever the future keys' scores")
 
 
 def sdpa_padding(sdpa) -> None:
@@ -385,7 +442,11 @@ def sdpa_padding(sdpa) -> None:
         expect_close(out, ref_out, "out with a padding mask", reread=SEC_PADDING, inputs=inputs)
 
     batch_forms(check, [(B,), (B, 3)], reread=SEC_PADDING)
-    passed("scaled_dot_product_attention: padded keys get weight 0 with (B, 1, Tk) and (B, 1, 1, Tk) masks")
+    g = torch.Generator().manual_seed(13)
+    sdpa_extreme(sdpa, torch.randn(B, Tq, 4, generator=g), torch.randn(B, Tk, 4, generator=g),
+                 torch.randn(B, Tk, 2, generator=g), keep[:, None, :], "padding mask", SEC_PADDING)
+    passed("scaled_dot_product_attention: padded keys get weight 0 with (B, 1, Tk) and (B, 1, 1, Tk) masks, "
+           "whatever their scores")
 
 
 # ========================================================================================

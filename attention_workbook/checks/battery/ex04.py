@@ -149,6 +149,11 @@ def sdpa_causal(sdpa, g) -> None:
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         _attention_case(sdpa, _sdpa, g, _shape(g, 1, 2), T, T, randint(g, 2, 16), randint(g, 1, 9), mask,
                         "causal (T, T), ", visible.SEC_CAUSAL)
+    T = randint(g, 2, 9)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    batch, d, dv = _shape(g, 1, 2), randint(g, 2, 16), randint(g, 1, 9)
+    visible.sdpa_extreme(sdpa, torch.randn(*batch, T, d, generator=g), torch.randn(*batch, T, d, generator=g),
+                         torch.randn(*batch, T, dv, generator=g), mask, f"causal (T, T), T={T}", visible.SEC_CAUSAL)
 
 
 def _padding(g, B, Tk, extra_axes):
@@ -166,6 +171,12 @@ def sdpa_padding(sdpa, g) -> None:
         else:       # (B, 1, Tk) for (B, T, d) inputs
             _attention_case(sdpa, _sdpa, g, (B,), Tq, Tk, randint(g, 2, 16), randint(g, 1, 8), _padding(g, B, Tk, 1),
                             "padding, ", visible.SEC_PADDING)
+    B, Tq, Tk, d = randint(g, 1, 4), randint(g, 1, 7), randint(g, 2, 8), randint(g, 2, 16)
+    mask = _padding(g, B, Tk, 1)
+    mask[0, 0, -1] = False                                   # at least one padded key
+    visible.sdpa_extreme(sdpa, torch.randn(B, Tq, d, generator=g), torch.randn(B, Tk, d, generator=g),
+                         torch.randn(B, Tk, randint(g, 1, 8), generator=g), mask, f"padding {tuple(mask.shape)}",
+                         visible.SEC_PADDING)
 
 
 # ----------------------------------------------------------------------------------------

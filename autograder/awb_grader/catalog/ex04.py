@@ -127,6 +127,32 @@ MISTAKES = [
 ''',
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="after the softmax"),
     Mistake(
+        id="sdpa_mask_after_softmax_renormalised", cell="scaled_dot_product_attention",
+        label="mask after the softmax, renormalised",
+        description="weights zeroed where the mask is False after the softmax, then renormalised: right in exact "
+                    "arithmetic, nan when a masked key has a huge score (lecture 04's extreme case)",
+        source=edit(A, "scaled_dot_product_attention",
+                    ("""    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))     # blocked keys: exp(-inf) = 0
+    weights = torch.softmax(scores, dim=-1)                   # (..., Tq, Tk), rows sum to 1
+""", """    weights = torch.softmax(scores, dim=-1)                   # (..., Tq, Tk)
+    if mask is not None:
+        weights = weights * mask                              # zero the blocked keys
+        weights = weights / weights.sum(dim=-1, keepdim=True)  # rows sum to 1 again
+""")),
+        must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="masked and renormalised"),
+    Mistake(
+        id="sdpa_builtin", cell="scaled_dot_product_attention", label="F.scaled_dot_product_attention used",
+        description="hands the attention to F.scaled_dot_product_attention (the text rules it out): real code "
+                    "that did this scored full marks before the rule was enforced",
+        source=edit(A, "scaled_dot_product_attention",
+                    ("""    weights = torch.softmax(scores, dim=-1)                   # (..., Tq, Tk), rows sum to 1
+    return weights @ v, weights                               # (..., Tq, dv)""",
+                     """    weights = torch.softmax(scores, dim=-1)                   # (..., Tq, Tk), rows sum to 1
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out, weights                                       # (..., Tq, dv)""")),
+        must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="off limits"),
+    Mistake(
         id="sdpa_mask_zero_not_inf", cell="scaled_dot_product_attention", label="masked scores 0, not -inf",
         description="masked scores filled with 0 instead of -inf: masked keys still get weight",
         source='''def scaled_dot_product_attention(q, k, v, mask=None):
@@ -496,6 +522,16 @@ MISTAKES += [
 ''',
         must_fail=("test_head_mask",), hint="mask ignored"),
     Mistake(
+        id="head_builtin", cell="SelfAttentionHead", label="head on F.scaled_dot_product_attention",
+        description="a head that hands its attention to F.scaled_dot_product_attention (the text rules it out; "
+                    "calling the learner's own scaled_dot_product_attention is allowed)",
+        source=_HEAD_INIT + '''
+    def forward(self, x, mask=None):
+        import torch.nn.functional as F
+        return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)
+''',
+        must_fail=_HEAD_VALUES, hint="off limits"),
+    Mistake(
         id="head_keys_from_W_q", cell="SelfAttentionHead", label="keys computed with W_q",
         description="keys computed with W_q (one matrix for two roles): symmetric scores",
         source=_HEAD_INIT + '''
@@ -568,22 +604,6 @@ ALTERNATIVES += [
     def forward(self, x, mask=None):
         out, _ = scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
         return out
-''',
-        }),
-    Alternative(
-        id="part2_fused_builtin_head",
-        description="a head built on F.scaled_dot_product_attention",
-        cells={
-            "SelfAttentionHead": '''class SelfAttentionHead(nn.Module):
-    def __init__(self, d_model, d_head):
-        super().__init__()
-        self.W_q = nn.Linear(d_model, d_head, bias=False)
-        self.W_k = nn.Linear(d_model, d_head, bias=False)
-        self.W_v = nn.Linear(d_model, d_head, bias=False)
-
-    def forward(self, x, mask=None):
-        import torch.nn.functional as F
-        return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)
 ''',
         }),
     Alternative(

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_workbook.checks.core import softmax_builtins
+from attention_workbook.checks.ex04 import NO_BUILTIN_ATTENTION, builtin_attention
 
 from . import _adapter as A
 from ._adapter import forbid
@@ -118,11 +119,16 @@ def _weights_oracle(q, k, mask):
     return (e / e.sum(-1, keepdim=True)).float()
 
 
-def _sdpa_case(sdpa, g, batch, Tq, Tk, d, dv, mask=None, case=""):
+def _sdpa_case(sdpa, g, batch, Tq, Tk, d, dv, mask=None, case="", extreme=False):
     q = torch.randn(*batch, Tq, d, generator=g) * 1.5
     k = torch.randn(*batch, Tk, d, generator=g) * 1.5
     v = torch.randn(*batch, Tk, dv, generator=g)
-    res = call(sdpa, q, k, v, mask, name="scaled_dot_product_attention")
+    if extreme:   # a masked key with a huge score (lecture 04's case): it must change nothing
+        from attention_workbook.checks.ex04 import extreme_masked_inputs
+        q, k = extreme_masked_inputs(q, k, mask)
+        case = f"{case} masked keys scored ~150,"
+    with forbid(builtin_attention(), NO_BUILTIN_ATTENTION):
+        res = call(sdpa, q, k, v, mask, name="scaled_dot_product_attention")
     if not (isinstance(res, tuple) and len(res) == 2 and all(isinstance(t, torch.Tensor) for t in res)):
         raise CheckFailed("hidden test: scaled_dot_product_attention must return (out, weights)")
     out, w = res
@@ -143,7 +149,8 @@ def sdpa_shapes(sdpa) -> None:
         batch = _shape(g, 0, 2)
         Tq, Tk, d, dv = randint(g, 1, 7), randint(g, 1, 9), randint(g, 2, 16), randint(g, 1, 12)
         q, k, v = torch.randn(*batch, Tq, d), torch.randn(*batch, Tk, d), torch.randn(*batch, Tk, dv)
-        res = call(sdpa, q, k, v, None, name="scaled_dot_product_attention")
+        with forbid(builtin_attention(), NO_BUILTIN_ATTENTION):
+            res = call(sdpa, q, k, v, None, name="scaled_dot_product_attention")
         if not (isinstance(res, tuple) and len(res) == 2):
             raise CheckFailed("hidden test: scaled_dot_product_attention must return (out, weights)")
         out, w = res
@@ -168,6 +175,7 @@ def sdpa_causal(sdpa) -> None:
         T = randint(g, 2, 9)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         _sdpa_case(sdpa, g, batch, T, T, randint(g, 2, 16), randint(g, 1, 8), mask, "causal,")
+        _sdpa_case(sdpa, g, batch, T, T, randint(g, 2, 16), randint(g, 1, 8), mask, "causal,", extreme=True)
 
 
 def sdpa_padding(sdpa) -> None:
@@ -178,6 +186,8 @@ def sdpa_padding(sdpa) -> None:
         lengths = torch.randint(1, Tk + 1, (B,), generator=g)
         mask = (torch.arange(Tk)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, Tk)
         _sdpa_case(sdpa, g, (B, H), Tq, Tk, randint(g, 2, 16), randint(g, 1, 8), mask, "padding (B, 1, 1, Tk),")
+        _sdpa_case(sdpa, g, (B, H), Tq, Tk, randint(g, 2, 16), randint(g, 1, 8), mask, "padding (B, 1, 1, Tk),",
+                   extreme=True)
 
 
 # ========================================================================================
@@ -379,7 +389,8 @@ def _head_case(cls, g, mask_kind=None):
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         mask = (torch.arange(T)[None, :] < lengths[:, None])[:, None, :]
     with torch.no_grad():
-        out = call(head, x, mask, name="SelfAttentionHead.forward")
+        with forbid(builtin_attention(), NO_BUILTIN_ATTENTION):
+            out = call(head, x, mask, name="SelfAttentionHead.forward")
         want = F.scaled_dot_product_attention(F.linear(x, wq), F.linear(x, wk), F.linear(x, wv), attn_mask=mask)
     desc = f"x {tuple(x.shape)}, d_head={d_head}" + (f", {mask_kind} mask {tuple(mask.shape)}" if mask is not None else "")
     if not isinstance(out, torch.Tensor):
