@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, passed
+from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
 from .ex06 import randomize_
 
 LECTURE = "lectures/07_encoder_decoder.ipynb"
@@ -142,14 +142,59 @@ def decoder_shapes(DecoderBlock) -> None:
     passed("DecoderBlock: (B, T, D) out for memory of another length S")
 
 
+DECODER_DROPOUT = ("dropout goes on each sub-layer's output, before the residual add: ln(x + drop(sublayer(...))); "
+                   "not after the LayerNorm, not on the residual stream, not on a sub-layer's input")
+
+
+def decoder_dropout_variants(block, x, memory):
+    """The block in train mode with dropout=1 (every dropped value 0) under common misplacements."""
+    zero = torch.zeros_like(x)
+    T = x.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    ln1, ln2, ln3, ff = block.ln1, block.ln2, block.ln3, block.ff
+    return {
+        "dropout after the LayerNorms, drop(ln(x + sublayer(x)))": ln3(zero + ff(zero)),
+        "no dropout on the self-attention's output": (lambda a: ln3(a + ff(a)))(ln2(ln1(x + block.self_attn(x, mask=causal)))),
+        "no dropout on the cross-attention's output": (lambda a: ln3(a + ff(a)))(ln2(ln1(x) + block.cross_attn(ln1(x), kv=memory))),
+        "no dropout on either attention's output": (lambda a: ln3(a + ff(a)))(
+            (lambda b: ln2(b + block.cross_attn(b, kv=memory)))(ln1(x + block.self_attn(x, mask=causal)))),
+    }
+
+
+def decoder_dropout_placement(cls, D=16, H=4, d_ff=32, B=2, T=4, S=6, seed=73) -> None:
+    """Train mode with dropout=1.0: dropout zeroes what it is applied to, so the output shows where
+    it sits. Both attentions' outputs vanish (the stream keeps ln2(ln1(x))); the feed-forward adds
+    what your FeedForward gives in train mode (0 when the block drops its output too)."""
+    torch.manual_seed(seed)
+    block = call(cls, D, H, d_ff, 1.0, name="DecoderBlock", reread=SEC_DEC)
+    randomize_(block, seed)
+    block.train()
+    g = torch.Generator().manual_seed(seed)
+    x, memory = torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g)
+    with torch.no_grad():
+        out = _run_decoder(block, x, memory)
+        expect_shape(out, x.shape, "DecoderBlock(x, memory) in train mode", reread=SEC_DEC)
+        h = block.ln2(block.ln1(x))
+        accepted = [block.ln3(h + block.ff(h)), block.ln3(h)]
+        if not any(close(out, a) for a in accepted):
+            name = first_match(out, decoder_dropout_variants(block, x, memory))
+            raise CheckFailed("DecoderBlock(dropout=1.0) in train mode: the dropout is in the wrong place",
+                              reread=SEC_DEC, hint=(f"your block applies {name}: " if name else "") + DECODER_DROPOUT,
+                              details=["with p = 1 dropout zeroes what it is applied to: both attentions' "
+                                       "contributions vanish and the stream keeps ln2(ln1(x))",
+                                       f"inputs: x {tuple(x.shape)}, memory {tuple(memory.shape)}, random weights"])
+
+
 def decoder_values(DecoderBlock) -> None:
-    """Post-LN: masked self-attention, cross-attention to the memory, feed-forward (no padding)."""
+    """Post-LN: masked self-attention, cross-attention to the memory, feed-forward (no padding);
+    in train mode the dropout sits on each attention's output, before the residual add."""
     torch.manual_seed(0)
     block = _decoder(DecoderBlock).eval()
     randomize_(block, 70)
     x, memory = torch.randn(2, 4, 16), torch.randn(2, 6, 16)
     _compare_decoder(block, x, memory)
-    passed("DecoderBlock: ln1(x + self_attn, causal) -> ln2(x + cross_attn(memory)) -> ln3(x + ff)")
+    decoder_dropout_placement(DecoderBlock)
+    passed("DecoderBlock: ln1(x + drop(self_attn), causal) -> ln2(x + drop(cross_attn(memory))) -> ln3(x + ff)")
 
 
 def decoder_causal(DecoderBlock) -> None:
@@ -214,8 +259,20 @@ def _model(cls, src_vocab=11, tgt_vocab=13, pad_id=0, seed=0, d_model=18, n_head
     return model.eval()
 
 
+NO_TORCH_LAYERS = ("build the model from your own blocks: nn.Transformer, nn.TransformerEncoder(Layer), "
+                   "nn.TransformerDecoder(Layer) and nn.MultiheadAttention are off limits inside Seq2SeqTransformer "
+                   "(the encoder is made of TransformerBlocks, the decoder of your DecoderBlocks)")
+
+
+def torch_transformer_layers() -> list[tuple[object, str]]:
+    """PyTorch's ready-made Transformer layers: what Seq2SeqTransformer may not run (patched to raise)."""
+    return [(nn.Transformer, "forward"), (nn.TransformerEncoder, "forward"), (nn.TransformerDecoder, "forward"),
+            (nn.TransformerEncoderLayer, "forward"), (nn.TransformerDecoderLayer, "forward"),
+            (nn.MultiheadAttention, "forward")]
+
+
 def _logits(model, src, tgt):
-    with torch.no_grad():
+    with torch.no_grad(), forbid(torch_transformer_layers(), NO_TORCH_LAYERS):
         out = call(model, src, tgt, name="Seq2SeqTransformer.forward", reread=SEC_S2S)
     return expect_tensor(out, "Seq2SeqTransformer.forward", reread=SEC_S2S)
 

@@ -99,6 +99,10 @@ def decoder_shapes(DecoderBlock, g) -> None:
 def decoder_values(DecoderBlock, g) -> None:
     for _ in _decoder_cases(DecoderBlock, g, 4, masks=False):
         pass
+    H = randint(g, 1, 4)
+    visible.decoder_dropout_placement(DecoderBlock, D=H * randint(g, 2, 6), H=H, d_ff=randint(g, 4, 40),
+                                      B=randint(g, 1, 3), T=randint(g, 1, 8), S=randint(g, 1, 9),
+                                      seed=randint(g, 10_000, 10_000_000))
 
 
 def decoder_causal(DecoderBlock, g) -> None:

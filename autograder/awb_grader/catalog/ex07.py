@@ -52,6 +52,25 @@ _GREEDY_HEAD = '''def greedy_decode(model, src, max_len, bos_id, eos_id):
     with torch.no_grad():
 '''
 
+_S2S_TORCH = '''class Seq2SeqTransformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0):
+        super().__init__()
+        self.pad_id = pad_id
+        self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.transformer = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(d_model, tgt_vocab)
+
+    def forward(self, src, tgt):
+        S, T = src.size(1), tgt.size(1)
+        h = self.src_emb(src) + self.pos(torch.arange(S))
+        y = self.tgt_emb(tgt) + self.pos(torch.arange(T))
+        causal = nn.Transformer.generate_square_subsequent_mask(T)
+        out = self.transformer(h, y, tgt_mask=causal, src_key_padding_mask=src == self.pad_id,
+                               memory_key_padding_mask=src == self.pad_id)
+        return self.head(out)
+'''
+
 MISTAKES = [
     # -- DecoderBlock ------------------------------------------------------------------------
     Mistake(
@@ -252,6 +271,30 @@ MISTAKES = [
     return ys
 ''',
         must_fail=("test_greedy_batch",), hint="max_len"),
+    # -- dropout placement (issue 24: a public decoder layer shipped it after the LayerNorm) ----------
+    Mistake(
+        id="decoder_dropout_after_layernorm", cell="DecoderBlock",
+        description="dropout after each attention's LayerNorm, drop(ln(x + attn(x))), instead of on the "
+                    "attention's output before the residual add",
+        source=edit(A, "DecoderBlock",
+                    ("x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))",
+                     "x = self.drop(self.ln1(x + self.self_attn(x, mask=mask)))"),
+                    ("x = self.ln2(x + self.drop(self.cross_attn(x, kv=memory, mask=mem)))",
+                     "x = self.drop(self.ln2(x + self.cross_attn(x, kv=memory, mask=mem)))")),
+        must_fail=("test_decoder_values",), hint="dropout after the LayerNorms", label="dropout after the LayerNorm"),
+    Mistake(
+        id="decoder_no_cross_dropout", cell="DecoderBlock",
+        description="no dropout on the cross-attention's output (only the self-attention's is dropped)",
+        source=edit(A, "DecoderBlock",
+                    ("x = self.ln2(x + self.drop(self.cross_attn(x, kv=memory, mask=mem)))",
+                     "x = self.ln2(x + self.cross_attn(x, kv=memory, mask=mem))")),
+        must_fail=("test_decoder_values",), hint="no dropout on the cross-attention", label="no cross-attention dropout"),
+    Mistake(
+        id="s2s_nn_transformer", cell="Seq2SeqTransformer",
+        description="the model built on nn.Transformer instead of the learner's own blocks (the text rules it out)",
+        source=_S2S_TORCH,
+        must_fail=("test_seq2seq_shapes", "test_seq2seq_causal", "test_seq2seq_source", "test_seq2seq_padding"),
+        hint="off limits", label="nn.Transformer instead of own blocks"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
         id="decoder_masks_required", cell="DecoderBlock",

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from attention_workbook.checks.ex06 import randomize_
-from attention_workbook.checks.ex07 import greedy_oracle
+from attention_workbook.checks.ex07 import NO_TORCH_LAYERS, greedy_oracle, torch_transformer_layers
 
 from . import _adapter as A
 from ._base import guard, CheckFailed, call, close, fail_values, own_code, randint, rng
@@ -87,9 +87,35 @@ def decoder_shapes(DecoderBlock) -> None:
                               details=[f"expected {(B, T, D)}, got {tuple(getattr(out, 'shape', ()))}"])
 
 
+def _decoder_dropout(cls, seed):
+    """Train mode with dropout=1.0 (dropout zeroes what it is applied to): both attentions' outputs are
+    dropped before their residual adds, so the stream keeps norm2(norm1(x)); the feed-forward (made to
+    compute Linear-ReLU-Linear) adds its output, or nothing when the block drops that output too."""
+    g = rng(seed)
+    for case in range(2):
+        H = randint(g, 1, 4)
+        D, d_ff = H * randint(g, 2, 6), randint(g, 4, 40)
+        B, T, S = randint(g, 1, 3), randint(g, 1, 8), randint(g, 1, 9)
+        layer = nn.TransformerDecoderLayer(D, H, d_ff, dropout=0.0, batch_first=True)
+        randomize_(layer, seed + case)
+        block = A.new(cls, D, H, d_ff, 1.0, name="DecoderBlock")
+        _load_decoder_layer(block, layer)
+        A.train(block, True)
+        x, memory = torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g)
+        with torch.no_grad():
+            out = call(block, x, memory, name="DecoderBlock.forward")
+            h = layer.norm2(layer.norm1(x))
+            accepted = [layer.norm3(h + layer.linear2(torch.relu(layer.linear1(h)))), layer.norm3(h)]
+        if not isinstance(out, torch.Tensor) or not any(close(out, a) for a in accepted):
+            fail_values("DecoderBlock(dropout=1.0) in train mode (dropout on each sub-layer's output, before the "
+                        "residual add)", out if isinstance(out, torch.Tensor) else torch.zeros(0), accepted[0],
+                        f"B={B}, T={T}, S={S}, D={D}, H={H}, d_ff={d_ff}", "atol 1e-5 + rtol 1e-4")
+
+
 def decoder_values(DecoderBlock) -> None:
     for _ in _decoder_cases(DecoderBlock, 710, 4, masks=False):
         pass
+    _decoder_dropout(DecoderBlock, 715)
 
 
 def decoder_causal(DecoderBlock) -> None:
@@ -138,7 +164,7 @@ def _tok(g, shape, vocab, pad_id):
 
 
 def _logits(model, src, tgt):
-    with torch.no_grad():
+    with torch.no_grad(), A.forbid(torch_transformer_layers(), NO_TORCH_LAYERS):
         out = call(model, src, tgt, name="Seq2SeqTransformer.forward")
     if not isinstance(out, torch.Tensor):
         raise CheckFailed("hidden test: Seq2SeqTransformer.forward did not return a tensor")
