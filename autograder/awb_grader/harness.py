@@ -349,9 +349,9 @@ def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, 
     import psutil
 
     args = ["bwrap", "--die-with-parent", "--cap-add", "ALL", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/root", "--ro-bind", "/sys", "/sys"]
+            "--tmpfs", "/tmp", "--ro-bind", "/sys", "/sys"]
     for entry in sorted(Path("/").iterdir()):
-        if entry.name in ("proc", "dev", "sys", "tmp", "root") or f"/{entry.name}" in binds:
+        if entry.name in ("proc", "dev", "sys", "tmp") or f"/{entry.name}" in binds:
             continue
         if entry.is_symlink():
             args += ["--symlink", os.readlink(entry), str(entry)]
@@ -377,7 +377,7 @@ def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, 
             if d:
                 (d / "cgroup.procs").write_text(str(os.getpid()))
 
-    full_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+    full_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp",
                 "LANG": "C.UTF-8", **(env or {})}
     peak = [0.0]
     done = threading.Event()

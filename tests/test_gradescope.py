@@ -1,0 +1,188 @@
+"""Gradescope: the autograder zip, unpacked into a temporary root that bubblewrap binds at
+``/autograder``, set up once with ``setup.sh`` and run by ``run_autograder`` on five uploads, as
+Gradescope would: an honest notebook, a catalogued mistake, a delegation to the workbook's
+reference, encoded tampering and a broken file.
+
+``setup.sh`` installs from the package registries on Gradescope; here ``AWB_SETUP_VENV`` points
+it at the test suite's own virtual environment (the only difference) to keep CI short. Each run
+gets Gradescope's default limits where this machine lets the test make cgroups: 768 MB of
+memory (enforced: a run over it is killed) and half a CPU; the figures (time, peak memory) are
+printed and must fit the defaults (768 MB, 10 minutes).
+
+Fast tests (no kernel): the zip's layout, results.json's shape, hidden-check messages replaced,
+reseeding at build time.
+"""
+
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from awb_grader import catalog, gradescope, harness, sandbox
+from awb_grader.catalog.shortcuts import shortcuts
+from awb_grader.course import EXERCISES
+from awb_grader.variants import solution_cells, student_notebook
+
+A = "04_queries_keys_values"
+RELEASE = EXERCISES / A / f"{A}.ipynb"
+MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
+DELEGATION = next(s for s in shortcuts(A) if s.id == "sdpa_wraps_reference")
+TAMPERING = next(s for s in shortcuts(A) if s.kind == "tampering: encoded")
+GRADESCOPE_MB, GRADESCOPE_CPUS, GRADESCOPE_S = 768, 0.5, 600
+
+
+def uploads() -> dict[str, bytes]:
+    def nb(cells=None, unanswered=()):
+        return nbformat.writes(student_notebook(RELEASE, A, cells, unanswered=unanswered)).encode()
+
+    def others(sc):
+        return tuple(c for c in solution_cells(A) if c not in sc.cells) if sc.unanswered else ()
+
+    return {
+        "honest": nb(),
+        "mistake": nb({MISTAKE.cell: MISTAKE.source, **MISTAKE.extra_cells}),
+        "delegation": nb(dict(DELEGATION.cells), others(DELEGATION)),
+        "tampering": nb(dict(TAMPERING.cells), others(TAMPERING)),
+        "broken": b'{"cells": [ {"cell_type": "code", "source": "def softmax(x',
+    }
+
+
+# -- fast: no kernel ---------------------------------------------------------------------------
+def test_zip_follows_the_specification(tmp_path):
+    z = gradescope.build("04", tmp_path / "ag.zip", visibility="hidden", seed_salt="s3cret")
+    with zipfile.ZipFile(z) as zf:
+        names = set(zf.namelist())
+        modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
+        settings = json.loads(zf.read("harness.json"))
+        hidden = zf.read("autograder/awb_grader/hidden/ex04.py").decode()
+    assert {"setup.sh", "run_autograder"} <= names          # at the root, not in a folder
+    assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
+    assert f"solutions/{A}/{A}.ipynb" in names and f"exercises/{A}/{A}.ipynb" in names
+    assert settings["assignment"] == A and settings["visibility"] == "hidden"
+    published = (Path(harness.REPO) / "autograder/awb_grader/hidden/ex04.py").read_text()
+    assert settings["reseeded"] >= len(harness.SEED.findall(published)) > 0   # every hidden module
+    assert harness.SEED.findall(hidden) != harness.SEED.findall(published)
+    # the same secret gives the same seeds: a rebuilt zip grades as the first one did
+    assert harness.reseed_text(published, "s3cret")[0] == hidden
+
+
+def test_results_json_hides_hidden_check_details():
+    out = harness.Outcome(A, "ok", 3.0, 6.0, tests=[
+        harness.Test("test_a", 2.0, 2.0, "passed", True),
+        harness.Test("test_b", 0.0, 1.0, *harness.student_message("CheckFailed", "no scaling by sqrt(d)")),
+        harness.Test("test_c", 1.0, 3.0, *harness.student_message(
+            "CheckFailed", "hidden test: shape (3, 5, 7) differs by 0.31 (atol 1e-5)"))])
+    res = gradescope.results_json(out, "after_published")
+    assert res["score"] == 3.0 and res["stdout_visibility"] == "hidden"
+    by = {t["name"]: t for t in res["tests"]}
+    assert set(by["test_a"]) >= {"name", "score", "max_score", "status", "output", "visibility"}
+    assert by["test_a"]["status"] == "passed" and by["test_a"]["visibility"] == "after_published"
+    assert by["test_b"] == {**by["test_b"], "status": "failed", "visibility": "visible",
+                            "output": "no scaling by sqrt(d)"}
+    assert by["test_c"]["output"] == harness.HIDDEN_MESSAGE and by["test_c"]["visibility"] == "after_published"
+    assert "0.31" not in json.dumps(res)
+
+
+# -- slow: the harness end to end --------------------------------------------------------------
+needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap") or not sandbox.bwrap_works(),
+                                 reason="bubblewrap cannot run here: the harness test binds /autograder with it")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gradescope")
+    z = gradescope.build("04", tmp / "autograder.zip", visibility="after_published", seed_salt="private-mirror")
+    root = tmp / "root"
+    (root / "source").mkdir(parents=True)
+    with zipfile.ZipFile(z) as zf:
+        zf.extractall(root / "source")
+    for p in ("setup.sh", "run_autograder"):
+        (root / "source" / p).chmod(0o755)
+    setup = harness.contained(["bash", "/autograder/source/setup.sh"], {"/autograder": root},
+                              env={"AWB_SETUP_VENV": sys.prefix})
+    assert setup["rc"] == 0, setup["stdout"][-3000:]
+    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")   # as Gradescope's image build does
+    out = {}
+    for name, data in uploads().items():
+        for d in ("submission", "results"):
+            shutil.rmtree(root / d, ignore_errors=True)
+        (root / "submission").mkdir()
+        (root / "submission" / ("notebook.ipynb" if name == "broken" else f"{A}.ipynb")).write_bytes(data)
+        run = harness.contained(["/autograder/run_autograder"], {"/autograder": root},
+                                memory_mb=GRADESCOPE_MB, cpus=GRADESCOPE_CPUS, timeout=GRADESCOPE_S + 60)
+        p = root / "results" / "results.json"
+        out[name] = (json.loads(p.read_text()) if p.exists() else None, run)
+    print("\nGradescope harness, per submission (limits: %d MB, %.1f CPU where cgroups allow):" % (
+        GRADESCOPE_MB, GRADESCOPE_CPUS))
+    for name, (_, run) in out.items():
+        print(f"  {name:<11} {run['seconds']:6.1f} s  peak PSS {run['peak_pss_mb']:6.1f} MB  cgroup peak "
+              f"{run['cgroup_peak_mb']} MB  memory limit enforced: {run['limited']}  cpus: {run['cpus']}")
+    return out
+
+
+def _tests(res):
+    return {t["name"]: t for t in res["tests"]}
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xdist_group("cohort")
+class TestHarness:
+    def test_every_run_wrote_results_within_gradescope_defaults(self, graded):
+        for name, (res, run) in graded.items():
+            assert run["rc"] == 0 and res is not None, (name, run["stdout"][-3000:])
+            assert run["seconds"] < GRADESCOPE_S, (name, run["seconds"])
+            assert not run["oom"], (name, run)
+            if not run["limited"]:      # no cgroup here: the sampled peak must fit on its own
+                assert run["peak_pss_mb"] < GRADESCOPE_MB, (name, run["peak_pss_mb"])
+            assert "sandbox bwrap" in run["stdout"], run["stdout"][:400]
+
+    def test_honest_submission_gets_full_marks(self, graded):
+        res, _ = graded["honest"]
+        tests = _tests(res)
+        assert len(tests) == len(harness.release_cells(RELEASE)) > 10
+        assert res["score"] == sum(t["max_score"] for t in tests.values()) == 30
+        assert all(t["status"] == "passed" and t["visibility"] == "after_published" for t in tests.values())
+
+    def test_catalogued_mistake_loses_its_points_with_its_hint(self, graded):
+        res, run = graded["mistake"]
+        tests = _tests(res)
+        for c in MISTAKE.must_fail:
+            assert tests[c]["score"] == 0 and tests[c]["status"] == "failed", tests[c]
+        assert any(MISTAKE.hint.lower() in tests[c]["output"].lower() and tests[c]["visibility"] == "visible"
+                   for c in MISTAKE.must_fail), [tests[c]["output"] for c in MISTAKE.must_fail]
+        assert res["score"] <= 30 - sum(tests[c]["max_score"] for c in MISTAKE.must_fail)
+        assert tests["test_softmax_values"]["score"] == tests["test_softmax_values"]["max_score"]
+        assert "likely misconception" in run["stdout"]
+
+    def test_delegation_earns_nothing_and_is_flagged_for_the_instructor(self, graded):
+        res, run = graded["delegation"]
+        tests = _tests(res)
+        assert all(tests[c]["score"] == 0 for c in DELEGATION.must_fail), {c: tests[c] for c in DELEGATION.must_fail}
+        assert res["extra_data"]["status"] == "flagged" and "flagged for review" in res["output"]
+        assert DELEGATION.flag in run["stdout"] and "attention_workbook." in run["stdout"]
+
+    def test_tampering_scores_zero_with_a_clear_output(self, graded):
+        res, run = graded["tampering"]
+        assert res["score"] == 0 and res["extra_data"]["status"] == "flagged"
+        assert "flagged for review" in res["output"]
+        assert all(t["score"] == 0 for t in res["tests"])
+        assert "tampering" in run["stdout"]
+
+    def test_broken_file_scores_zero_and_says_why(self, graded):
+        res, run = graded["broken"]
+        assert res["score"] == 0 and res["extra_data"]["status"] == "ungradable"
+        assert "could not be graded" in res["output"] and "Download .ipynb" in res["output"]
+        assert all(t["score"] == 0 for t in res["tests"])
+
+    def test_no_hidden_check_code_or_values_reach_students(self, graded):
+        hidden_src = (Path(harness.REPO) / "autograder/awb_grader/hidden/ex04.py").read_text()
+        lines = {ln.strip() for ln in hidden_src.splitlines() if len(ln.strip()) > 25}
+        for name, (res, _) in graded.items():
+            text = json.dumps([res["output"], [t["output"] for t in res["tests"]]])
+            assert "hidden test:" not in text and "BEGIN HIDDEN" not in text and "awb_grader" not in text, name
+            assert not [ln for ln in lines if ln in text], name
