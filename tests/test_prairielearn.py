@@ -1,0 +1,108 @@
+"""PrairieLearn: the files an externally graded question needs, and the grader run as
+PrairieLearn runs it: ``/grade`` bound by bubblewrap with ``serverFilesCourse/``, the question's
+``tests/`` and the upload in ``student/``; the entrypoint writes ``/grade/results/results.json``.
+
+The grading image's Python is the test suite's own (``AWB_PYTHON``, the entrypoint's one
+setting), instead of the image that ``graders/awb/Dockerfile`` builds. Same five uploads as the
+Gradescope test: honest, a catalogued mistake, a delegation, encoded tampering, a broken file.
+"""
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from awb_grader import harness, prairielearn, sandbox
+from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, uploads
+
+PL_TIMEOUT_S = 600
+
+
+def test_question_files(tmp_path):
+    q = prairielearn.build("04", tmp_path / "pl", image="me/awb-grader")
+    info = json.loads((q / "info.json").read_text())
+    opts = info["externalGradingOptions"]
+    assert info["gradingMethod"] == "External" and opts["enabled"] and opts["image"] == "me/awb-grader"
+    assert opts["serverFilesCourse"] == ["awb/"]
+    entry = tmp_path / "pl" / opts["entrypoint"].replace("/grade/", "", 1)
+    assert entry.exists() and entry.stat().st_mode & 0o111
+    assert 'file-names="04_queries_keys_values.ipynb"' in (q / "question.html").read_text()
+    assert json.loads((q / "tests" / "harness.json").read_text())["assignment"] == A
+    assert (tmp_path / "pl" / "graders" / "awb" / "Dockerfile").exists()
+    # the shared course files serve every exercise's question
+    assert (entry.parent / "solutions" / A / f"{A}.ipynb").exists()
+
+
+def test_results_json_format():
+    out = harness.Outcome(A, "ok", 3.0, 4.0, tests=[harness.Test("t1", 3.0, 3.0, "passed", True),
+                                                    harness.Test("t2", 0.0, 1.0, "no scaling", False)])
+    res = prairielearn.results_json(out)
+    assert res["gradable"] is True and res["score"] == 0.75 and res["message"].startswith(A)
+    assert res["tests"][1] == {"name": "t2", "points": 0.0, "max_points": 1.0, "message": "no scaling"}
+    broken = prairielearn.results_json(harness.Outcome(A, "error", 0.0, 4.0))
+    assert broken["gradable"] is False and broken["score"] == 0.0     # the grader's failure: not charged
+
+
+needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap") or not sandbox.bwrap_works(),
+                                 reason="bubblewrap cannot run here: the harness test binds /grade with it")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("prairielearn")
+    q = prairielearn.build("04", tmp / "course")
+    out = {}
+    for name, data in uploads().items():
+        grade = tmp / f"grade-{name}"
+        shutil.copytree(tmp / "course" / "serverFilesCourse", grade / "serverFilesCourse", symlinks=True)
+        shutil.copytree(q / "tests", grade / "tests")
+        (grade / "student").mkdir()
+        (grade / "student" / f"{A}.ipynb").write_bytes(data)
+        run = harness.contained(["/grade/serverFilesCourse/awb/run_prairielearn"], {"/grade": grade},
+                                env={"AWB_PYTHON": sys.executable}, timeout=PL_TIMEOUT_S)
+        p = grade / "results" / "results.json"
+        out[name] = (json.loads(p.read_text()) if p.exists() else None, run)
+    print("\nPrairieLearn harness, per submission:")
+    for name, (_, run) in out.items():
+        print(f"  {name:<11} {run['seconds']:6.1f} s  peak PSS {run['peak_pss_mb']:6.1f} MB")
+    return out
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.xdist_group("cohort")
+class TestGrader:
+    def test_every_run_wrote_results(self, graded):
+        for name, (res, run) in graded.items():
+            assert run["rc"] == 0 and res is not None, (name, run["stdout"][-3000:])
+            assert set(res) >= {"gradable", "score", "message", "tests"} and 0 <= res["score"] <= 1, name
+            assert all(set(t) >= {"name", "points", "max_points", "message"} for t in res["tests"]), name
+            assert res["gradable"] is True, (name, res["message"])
+
+    def test_honest_full_marks(self, graded):
+        res, _ = graded["honest"]
+        assert res["score"] == 1.0
+        assert len(res["tests"]) == len(harness.release_cells(RELEASE))
+        assert all(t["points"] == t["max_points"] for t in res["tests"])
+
+    def test_mistake_loses_its_points_with_its_hint(self, graded):
+        res, _ = graded["mistake"]
+        by = {t["name"]: t for t in res["tests"]}
+        assert all(by[c]["points"] == 0 for c in MISTAKE.must_fail)
+        assert any(MISTAKE.hint.lower() in by[c]["message"].lower() for c in MISTAKE.must_fail)
+        assert 0 < res["score"] < 1
+
+    def test_delegation_and_tampering(self, graded):
+        res, run = graded["delegation"]
+        by = {t["name"]: t for t in res["tests"]}
+        assert all(by[c]["points"] == 0 for c in DELEGATION.must_fail) and res["score"] < 1
+        assert DELEGATION.flag in run["stdout"] and "flagged for review" in res["message"]
+        res, run = graded["tampering"]
+        assert res["score"] == 0 and "flagged for review" in res["message"] and "tampering" in run["stdout"]
+
+    def test_broken_file(self, graded):
+        res, _ = graded["broken"]
+        assert res["score"] == 0 and "could not be graded" in res["message"]
+        text = json.dumps(res)
+        assert "Traceback" not in text and "hidden test:" not in text
