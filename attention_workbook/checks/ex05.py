@@ -89,7 +89,8 @@ def merge_wrong_variants(y: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-VIEW_HINT = ("view() after transpose() fails because the tensor is no longer contiguous in memory: "
+VIEW_HINT = ("view() needs a tensor whose numbers sit in reading order in memory, and this one's do not (what "
+             "transpose() returns, or a chunk that .split()/.chunk() cut from the last axis, is such a tensor): "
              "use .reshape(...) (or .contiguous().view(...))")
 
 
@@ -339,7 +340,8 @@ def run_forward(m, x, kv=None, mask=None, what="MultiHeadAttention"):
     except CheckFailed as e:
         if "NoneType" in e.title and getattr(getattr(m, "W_qkv", None), "bias", 0) is None:
             raise CheckFailed(e.title, reread=SEC_EFFICIENCY, student_tb=e.student_tb, hint=NO_BIAS) from None
-        if mask is not None and ("must match the size" in e.title or "expanded size" in e.title):
+        if mask is not None and ("must match the size" in e.title or "expanded size" in e.title
+                                 or "too many values to unpack" in e.title):   # an extra axis reached merge_heads
             raise CheckFailed(e.title, reread=SEC_MASKS, student_tb=e.student_tb,
                               hint=f"the mask (shape {tuple(mask.shape)}) must broadcast to the scores (B, H, T, S) "
                                    "as it is: do not add or move axes (a (T, S) mask lines up with the last two "
@@ -489,7 +491,17 @@ def mha_cross(MultiHeadAttention) -> None:
     per_head = torch.rand(B, H, T, S, generator=g) > 0.5
     per_head[..., 0] = True
     _compare(m, ref, x, kv=kv, mask=per_head, what="cross-attention with a (B, H, T, S) mask", reread=SEC_MASKS)
-    passed("MultiHeadAttention: cross-attention with T != S (with (B, 1, 1, S) and (B, H, T, S) masks)")
+    same = torch.randn(B, T, D, generator=g)             # S = T: as long as x, but another tensor
+    _compare(m, ref, x, kv=same, what="cross-attention with S = T (kv is another tensor of x's shape)",
+             reread=SEC_MASKS)
+    ref = random_torch_mha(D, H, bias=False, seed=4)    # bias=False: the cross path must work without biases
+    m = _build(MultiHeadAttention, D, H, bias=False)
+    load_from_torch(m, ref)
+    _compare(m, ref, x, kv=kv, what="cross-attention with bias=False, T=3 queries, S=6 keys", reread=SEC_MASKS)
+    _compare(m, ref, x, kv=kv, mask=pad, what="cross-attention with bias=False and a (B, 1, 1, S) padding mask",
+             reread=SEC_MASKS)
+    passed("MultiHeadAttention: cross-attention with T != S and S = T (with (B, 1, 1, S) and (B, H, T, S) masks), "
+           "with and without biases")
 
 
 def mha_param_count(mha_param_count) -> None:

@@ -70,11 +70,13 @@ def mha_init(MultiHeadAttention, g) -> None:
                                            "(nn.MultiheadAttention's count)"])
 
 
-def _case(MultiHeadAttention, g, *, cross=False, mask_kind=None, bias=True, check_weights=False):
+def _case(MultiHeadAttention, g, *, cross=False, mask_kind=None, bias=True, check_weights=False, same_length=False):
     B, T, D, H = _sizes(g)
     S = randint(g, 1, 10) if cross else T
-    if cross and S == T:
+    if cross and S == T and not same_length:
         S = T + 1
+    if same_length:   # kv as long as x, but another tensor
+        S = T
     ref = visible.random_torch_mha(D, H, bias=bias, seed=randint(g, 10_000, 10_000_000))
     m = visible._build(MultiHeadAttention, D, H, bias=bias)
     visible.load_from_torch(m, ref)
@@ -125,6 +127,9 @@ def mha_mask(MultiHeadAttention, g) -> None:
 def mha_cross(MultiHeadAttention, g) -> None:
     for kind in (None, "padding", None, "per_head"):
         _case(MultiHeadAttention, g, cross=True, mask_kind=kind)
+    _case(MultiHeadAttention, g, cross=True, same_length=True)            # S = T, kv is not x
+    for kind in (None, "padding"):
+        _case(MultiHeadAttention, g, cross=True, mask_kind=kind, bias=False)
 
 
 def mha_param_count(mha_param_count, g) -> None:

@@ -224,6 +224,21 @@ MISTAKES = [
     return ours
 ''',
         must_fail=("test_from_torch",), hint="biases were not copied"),
+    # -- the cross path (issue 24: a real bias=False crash there cost points in test_from_torch only) ------
+    Mistake(
+        id="cross_bias_slice_of_none", cell="MultiHeadAttention",
+        description="the cross-attention path slices W_qkv.bias without checking for None: fails with bias=False",
+        source=edit(A, "MultiHeadAttention",
+                    ("q = F.linear(x, W[:D], None if b is None else b[:D])", "q = F.linear(x, W[:D], b[:D])"),
+                    ("k, v = F.linear(kv, W[D:], None if b is None else b[D:])", "k, v = F.linear(kv, W[D:], b[D:])")),
+        must_fail=("test_mha_cross", "test_from_torch"), hint="bias=False", label="cross path needs a bias"),
+    Mistake(
+        id="cross_same_length_as_self", cell="MultiHeadAttention",
+        description="treats kv of the same shape as x as self-attention (keys and values from x): right only "
+                    "while the source length differs from the target length",
+        source=edit(A, "MultiHeadAttention", ("if kv is None:                                         # self-attention",
+                                              "if kv is None or kv.shape == x.shape:                  # self-attention")),
+        must_fail=("test_mha_cross",), hint="keys and values from x", label="kv of x's shape taken as x"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
         id="forward_needs_bias", cell="MultiHeadAttention",

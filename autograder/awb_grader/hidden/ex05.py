@@ -114,11 +114,14 @@ def _forward(m, x, kv=None, mask=None):
     return out
 
 
-def _mha_case(MultiHeadAttention, g, *, cross=False, mask_kind=None, bias=True, check_weights=False, seed=0):
+def _mha_case(MultiHeadAttention, g, *, cross=False, mask_kind=None, bias=True, check_weights=False, seed=0,
+              same_length=False):
     B, T, D, H = _sizes(g)
     S = randint(g, 1, 9) if cross else T
-    if cross and S == T:
+    if cross and S == T and not same_length:
         S = T + 1
+    if same_length:   # kv as long as x, but another tensor
+        S = T
     ref = random_torch_mha(D, H, bias=bias, seed=seed)
     m = _build(MultiHeadAttention, ref)
     x = torch.randn(B, T, D, generator=g)
@@ -228,6 +231,9 @@ def mha_cross(MultiHeadAttention) -> None:
     g = rng(508)
     for i, kind in enumerate((None, None, "padding", "per_head")):
         _mha_case(MultiHeadAttention, g, cross=True, mask_kind=kind, seed=80 + i)
+    _mha_case(MultiHeadAttention, g, cross=True, same_length=True, seed=85)
+    for i, kind in enumerate((None, "padding")):
+        _mha_case(MultiHeadAttention, g, cross=True, mask_kind=kind, bias=False, seed=86 + i)
 
 
 def mha_param_count(mha_param_count) -> None:
