@@ -658,6 +658,10 @@ def _loader_wrong_variants(layer, x):
     return out
 
 
+COPIED_FORWARD_WRONG = ("the weights were copied correctly (every tensor of the table equals the layer's), so the "
+                        "difference is in your block's forward: make the TransformerBlock checks above pass first")
+
+
 def _inspect_copy(block, layer):
     """Compare the loaded block's tensors with the layer's, and say which were not copied."""
     try:
@@ -684,7 +688,7 @@ def _inspect_copy(block, layer):
     wrong = [n for n, ours, theirs in table
              if ours is None or tuple(ours.shape) != tuple(theirs.shape) or not torch.equal(ours.detach(), theirs.detach())]
     if not wrong:
-        return None
+        return COPIED_FORWARD_WRONG
     if torch.equal(block.ln1.weight.detach(), layer.norm2.weight.detach()):
         return "norm1 and norm2 are swapped: norm1 belongs to the attention (ln1), norm2 to the feed-forward (ln2)"
     if all(n.endswith("bias") for n in wrong) and not any(n.startswith("ln") for n in wrong):

@@ -217,15 +217,27 @@ def _forward(model, idx, targets=None):
     return out
 
 
+def _expect_every_position(logits, B, T, V, what, inputs):
+    """logits (B, T, V): one row of scores per position, with or without targets."""
+    expect_tensor(logits, "logits", SEC_MODEL)
+    if tuple(logits.shape) == (B * T, V):
+        hint = ("your logits are flattened to (B*T, V): flatten only what you pass to F.cross_entropy and return "
+                "the logits as (B, T, V), with or without targets")
+    elif tuple(logits.shape) in ((B, 1, V), (B, V)):
+        hint = ("your model returns the logits of the last position only: forward returns (B, T, V), one row per "
+                "position (training needs them all; generate picks the last one itself)")
+    else:
+        hint = "logits are (B, T, vocab_size): one score per possible next character at every position"
+    expect_shape(logits, (B, T, V), what, inputs=inputs, reread=SEC_MODEL, hint=hint)
+
+
 @single_threaded
 def gpt_forward(GPT) -> None:
     """Shapes, loss None without targets, and a loss near ln(65) at initialisation."""
     model = _build(GPT)
     idx = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(0))
     logits, loss = _forward(model, idx)
-    expect_tensor(logits, "logits", SEC_MODEL)
-    expect_shape(logits, (3, 16, 65), "logits", inputs="idx (B=3, T=16), vocab 65", reread=SEC_MODEL,
-                 hint="logits are (B, T, vocab_size): one score per possible next character at every position")
+    _expect_every_position(logits, 3, 16, 65, "logits", "idx (B=3, T=16), vocab 65")
     if loss is not None:
         raise CheckFailed("with targets=None the loss should be None", reread=SEC_MODEL)
     short_hint = "use the positions 0..T-1 of the INPUT, T = idx.shape[1], not all block_size of them"
@@ -240,6 +252,7 @@ def gpt_forward(GPT) -> None:
                  hint=short_hint)
     targets = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(1))
     logits, loss = _forward(model, idx, targets)
+    _expect_every_position(logits, 3, 16, 65, "logits when targets are given", "idx and targets (B=3, T=16), vocab 65")
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         raise CheckFailed("the loss should be a scalar tensor", reread=SEC_MODEL,
                           hint="F.cross_entropy(logits.view(B * T, V), targets.view(B * T)) averages to a scalar")
@@ -256,6 +269,9 @@ def gpt_forward(GPT) -> None:
     other = _build(GPT, seed=5, vocab_size=37, block_size=12, n_layer=1, n_head=2, d_model=16)   # not 65
     idx = torch.randint(37, (2, 12), generator=torch.Generator().manual_seed(2))
     logits2, loss2 = _forward(other, idx, idx)
+    if tuple(logits2.shape) in ((2 * 12, 37), (2, 1, 37), (2, 37)):
+        _expect_every_position(logits2, 2, 12, 37, "logits of GPT(vocab_size=37, block_size=12, ...)",
+                               "idx and targets (B=2, T=12), vocab 37")
     expect_shape(logits2, (2, 12, 37), "logits of GPT(vocab_size=37, block_size=12, n_layer=1, n_head=2, d_model=16)",
                  reread=SEC_MODEL, hint="build every layer from the arguments (vocab_size, block_size, ...): the "
                                         "checks use other sizes than tiny-shakespeare's 65 characters")
@@ -268,6 +284,7 @@ def gpt_causal(GPT) -> None:
     model = _build(GPT, seed=1)
     idx = torch.randint(65, (2, 16), generator=torch.Generator().manual_seed(2))
     base, _ = _forward(model, idx)
+    _expect_every_position(base, 2, 16, 65, "logits", "idx (B=2, T=16), vocab 65")
     for t in (3, 10):
         changed = idx.clone()
         changed[:, t] = (changed[:, t] + 5) % 65
@@ -289,6 +306,7 @@ def gpt_positions_and_tying(GPT) -> None:
     """Position embeddings are added; the output layer shares the token embedding's weights."""
     model = _build(GPT, seed=2, vocab_size=37)
     logits, _ = _forward(model, torch.full((1, 8), 7, dtype=torch.long))
+    _expect_every_position(logits, 1, 8, 37, "logits", "idx (B=1, T=8) of one repeated character, vocab 37")
     if (logits[0, 1:] - logits[0, :1]).abs().amax().item() < 1e-6:
         raise CheckFailed("a sequence of identical characters gives identical logits at every position",
                           reread=SEC_MODEL, hint="position embeddings are not added: x = tok_emb(idx) + "

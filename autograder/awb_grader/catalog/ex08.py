@@ -222,6 +222,24 @@ MISTAKES = [
     if step < warmup_steps:
         return max_lr * warm""")),
         must_fail=("test_lr_at_cosine",), hint="divides by zero", visible=True),
+    # -- issue 24: what well-known public GPTs return (right for their own training loops) ------------
+    Mistake(
+        id="gpt_flat_logits_with_targets", cell="GPT",
+        description="returns the logits flattened to (B*T, V) when targets are given (as a well-known lecture "
+                    "GPT does): the loss is right, the logits' shape is not",
+        source=edit(A, "GPT", ("            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))",
+                               "            logits = logits.view(B * T, -1)\n"
+                               "            loss = F.cross_entropy(logits, targets.reshape(B * T))")),
+        must_fail=("test_gpt_forward",), hint="flattened to (B*T, V)", label="logits flattened with targets"),
+    Mistake(
+        id="gpt_last_position_only", cell="GPT",
+        description="without targets returns only the last position's logits, (B, 1, V) (nanoGPT's inference "
+                    "shortcut): generation works, the contract (B, T, V) does not hold",
+        source=edit(A, "GPT", ("        logits = self.lm_head(self.ln_f(x))                                        # (B, T, V)",
+                               "        if targets is None:\n            x = x[:, [-1], :]\n"
+                               "        logits = self.lm_head(self.ln_f(x))                                        # (B, T, V)")),
+        must_fail=("test_gpt_forward", "test_gpt_causal", "test_gpt_positions_tying"), hint="last position only",
+        label="last position's logits only"),
     Mistake(
         id="gpt_vocab_65", cell="GPT",
         description="embedding and output layer built for 65 characters (tiny-shakespeare) whatever vocab_size says",

@@ -165,6 +165,9 @@ def gpt_forward(GPT) -> None:
             raise CheckFailed("hidden test: GPT.forward without targets must give logits (B, T, V) and loss None",
                               details=[f"case: {cfg}, idx ({B}, {T}); got {tuple(logits.shape)}"])
         logits, loss = _fwd(model, idx, targets)
+        if tuple(logits.shape) != (B, T, V):
+            raise CheckFailed("hidden test: GPT.forward with targets must still give logits (B, T, V)",
+                              details=[f"case: {cfg}, idx ({B}, {T}); got {tuple(logits.shape)}"])
         want = F.cross_entropy(logits.double().reshape(B * T, V), targets.reshape(B * T))
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not close(loss.double().reshape(()), want, atol=1e-4):
             raise CheckFailed("hidden test: the loss is not the mean cross-entropy of the logits against the targets",
@@ -173,6 +176,12 @@ def gpt_forward(GPT) -> None:
         if abs(loss.item() - math.log(V)) > 0.35:
             raise CheckFailed("hidden test: the loss at initialisation is far from ln(vocab_size)",
                               details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"])
+
+
+def _every_position(logits, shape, cfg):
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != tuple(shape):
+        raise CheckFailed(f"hidden test: GPT.forward must give logits {tuple(shape)} (B, T, V), one row per position",
+                          details=[f"case: {cfg}; got {tuple(getattr(logits, 'shape', ()))}"])
 
 
 @single_threaded
@@ -184,6 +193,7 @@ def gpt_causal(GPT) -> None:
         model = _build(GPT, cfg, seed=10 + case)
         idx = torch.randint(V, (2, T), generator=g)
         base, _ = _fwd(model, idx)
+        _every_position(base, (2, T, V), cfg)
         for _ in range(3):
             t = randint(g, 0, T - 1)
             changed = idx.clone()
@@ -206,6 +216,7 @@ def gpt_positions_and_tying(GPT) -> None:
         model = _build(GPT, cfg, seed=20 + case)
         tok = randint(g, 0, V - 1)
         logits, _ = _fwd(model, torch.full((1, T - 2), tok, dtype=torch.long))   # shorter than block_size
+        _every_position(logits, (1, T - 2, V), cfg)
         if (logits[0, 1:] - logits[0, :1]).abs().max().item() < 1e-6:
             raise CheckFailed("hidden test: identical tokens give identical logits at every position "
                               "(no position information)", details=[f"case: {cfg}"])
