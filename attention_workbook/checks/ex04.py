@@ -90,14 +90,26 @@ def softmax_dim(softmax) -> None:
     passed("softmax: the dim argument is respected")
 
 
+GLOBAL_MAX = ("you subtracted the maximum of the whole tensor (x.max()), not each slice's: a row far below it "
+              "underflows, every exp is 0 and 0/0 = nan (lecture 04 shows this slip). "
+              "Subtract x.amax(dim=dim, keepdim=True)")
+
+
+def unstable_softmax_hint(out, x, dim) -> str:
+    """Why a softmax gave inf/nan: the global-max slip, or no max subtracted at all."""
+    e = torch.exp(x - x.max())
+    if tuple(out.shape) == tuple(x.shape) and close(out, e / e.sum(dim, keepdim=True)):
+        return GLOBAL_MAX
+    return ("exp(10000) overflows: subtract the maximum of each row first "
+            "(x - x.amax(dim, keepdim=True)); the result is mathematically the same")
+
+
 def softmax_stability(softmax) -> None:
     """Large inputs (around 1e4) give no inf/nan; -inf entries get weight exactly 0."""
     x = torch.tensor([[1e4, 1e4 + 1.0, 1e4 - 2.0], [-1e4, -1e4 + 3.0, -1e4]])
     out = _student_softmax(softmax, x)
     if not bool(torch.isfinite(out).all()):
-        raise CheckFailed("softmax of inputs around 1e4 gives inf or nan",
-                          hint="exp(10000) overflows: subtract the maximum of each row first "
-                               "(x - x.amax(dim, keepdim=True)); the result is mathematically the same",
+        raise CheckFailed("softmax of inputs around 1e4 gives inf or nan", hint=unstable_softmax_hint(out, x, -1),
                           reread=SEC_SOFTMAX, details=[f"your output: {out.tolist()}"])
     # float32 spacing near 1e4 is ~1e-3, so equivalent formulas (e.g. logsumexp) differ by that much
     expect_close(out, torch.softmax(x, -1), "softmax of large inputs", reread=SEC_SOFTMAX, atol=2e-3, rtol=2e-3,
@@ -192,6 +204,9 @@ def sdpa_wrong_variants(q, k, v, mask=None) -> dict[str, tuple[torch.Tensor, tor
     out = {
         "no scaling: divide the scores by sqrt(d)": finish(raw if mask is None else raw.masked_fill(~mask, neg)),
         "scaling by d instead of sqrt(d)": finish((raw / d) if mask is None else (raw / d).masked_fill(~mask, neg)),
+        "scaling by sqrt(dv), the values' width: divide by sqrt(d), the width of the queries and keys whose dot "
+        "products the scores are": finish((raw / math.sqrt(v.shape[-1])) if mask is None else
+                                          (raw / math.sqrt(v.shape[-1])).masked_fill(~mask, neg)),
         "softmax over the query axis (dim=-2) instead of the key axis (dim=-1)":
             finish((raw / math.sqrt(d)) if mask is None else (raw / math.sqrt(d)).masked_fill(~mask, neg), dim=-2),
     }

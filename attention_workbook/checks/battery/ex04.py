@@ -61,7 +61,7 @@ def softmax_stability(softmax, g) -> None:
         out = _softmax(softmax, x, -1)
         if not bool(torch.isfinite(out).all()):
             raise CheckFailed("softmax returns inf/nan for inputs around +-9000", details=[f"case: x {shape}"],
-                              hint="subtract the maximum along dim before exp", reread=visible.SEC_SOFTMAX)
+                              hint=visible.unstable_softmax_hint(out, x, -1), reread=visible.SEC_SOFTMAX)
         _softmax_expect(out, x, -1, f"x {shape}, entries around +-9000", atol=2e-3, rtol=2e-3)
     x = torch.randn(4, 6, generator=g)
     x[torch.rand(4, 6, generator=g) < 0.4] = float("-inf")

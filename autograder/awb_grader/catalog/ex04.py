@@ -41,7 +41,7 @@ MISTAKES = [
     e = torch.exp(x - x.max())
     return e / e.sum(dim=dim, keepdim=True)
 ''',
-        must_fail=("test_softmax_stability",), hint="maximum of each row"),
+        must_fail=("test_softmax_stability",), hint="maximum of the whole tensor"),
     Mistake(
         id="softmax_uses_builtin", cell="softmax", label="calls torch.softmax",
         description="calls torch.softmax instead of writing the softmax",
@@ -141,6 +141,11 @@ MISTAKES = [
         weights = weights / weights.sum(dim=-1, keepdim=True)  # rows sum to 1 again
 """)),
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="masked and renormalised"),
+    Mistake(
+        id="sdpa_scale_sqrt_dv", cell="scaled_dot_product_attention", label="scaled by sqrt(dv)",
+        description="scores divided by the square root of the values' width dv instead of d",
+        source=edit(A, "scaled_dot_product_attention", ("/ math.sqrt(d)", "/ math.sqrt(v.shape[-1])")),
+        must_fail=_SDPA_ALL, hint="sqrt(dv)"),
     Mistake(
         id="sdpa_builtin", cell="scaled_dot_product_attention", label="F.scaled_dot_product_attention used",
         description="hands the attention to F.scaled_dot_product_attention (the text rules it out): real code "
