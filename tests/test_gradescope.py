@@ -130,7 +130,7 @@ def _tests(res):
 
 @needs_bwrap
 @pytest.mark.slow
-@pytest.mark.xdist_group("cohort")
+@pytest.mark.xdist_group("platforms")
 class TestHarness:
     def test_every_run_wrote_results_within_gradescope_defaults(self, graded):
         for name, (res, run) in graded.items():

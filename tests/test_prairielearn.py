@@ -71,7 +71,7 @@ def graded(tmp_path_factory):
 
 @needs_bwrap
 @pytest.mark.slow
-@pytest.mark.xdist_group("cohort")
+@pytest.mark.xdist_group("platforms")
 class TestGrader:
     def test_every_run_wrote_results(self, graded):
         for name, (res, run) in graded.items():
