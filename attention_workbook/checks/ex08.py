@@ -231,6 +231,45 @@ def _expect_every_position(logits, B, T, V, what, inputs):
     expect_shape(logits, (B, T, V), what, inputs=inputs, reread=SEC_MODEL, hint=hint)
 
 
+GPT_DROPOUT = ("dropout goes on the sum of the embeddings (step 1: x = drop(tok_emb(idx) + pos_emb(...))) and, "
+               "through Block(d_model, n_head, dropout=dropout), inside every block; nowhere after ln_f or lm_head")
+
+
+def gpt_dropout(GPT, vocab_size=37, block_size=8, n_layer=2, n_head=2, d_model=16, B=2, T=5, seed=9) -> None:
+    """GPT(dropout=p) passes p on to every block; in train mode with p = 1 the embeddings' dropout zeroes
+    x. With every bias inside the blocks set to 0 (a block then maps 0 to 0, whatever its own dropout)
+    and random biases outside them (ln_f's), the logits are then the same for any input and not 0:
+    lm_head(ln_f(0)). Dropout missing on the embeddings makes them depend on the input; dropout after
+    ln_f or on the logits makes them 0."""
+    cfg = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head, d_model=d_model)
+    model = _build(GPT, seed=seed, dropout=0.3, **cfg)
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.Module) or not all(
+            any(isinstance(m, nn.Dropout) and abs(m.p - 0.3) < 1e-12 for m in b.modules()) for b in blocks.children()):
+        raise CheckFailed("GPT(..., dropout=0.3): some block has no nn.Dropout(0.3)", reread=SEC_MODEL,
+                          hint="build every block with the model's dropout: Block(d_model, n_head, dropout=dropout)")
+    model = _build(GPT, seed=seed, dropout=1.0, **cfg).train()
+    g = torch.Generator().manual_seed(seed)
+    outside = False
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                inside = name.startswith("blocks.")
+                outside = outside or not inside
+                p.copy_(torch.zeros_like(p) if inside else torch.randn(p.shape, generator=g))
+        a, _ = _forward(model, torch.randint(vocab_size, (B, T), generator=g))
+        b, _ = _forward(model, torch.randint(vocab_size, (B, T), generator=g))
+    _expect_every_position(a, B, T, vocab_size, "logits in train mode", f"idx ({B}, {T})")
+    same = close(a, b) and close(a, a[:1, :1].expand_as(a))
+    if not same or (outside and float(a.abs().max()) < 1e-6):
+        raise CheckFailed("GPT(dropout=1.0) in train mode: the dropout is not where the exercise puts it",
+                          reread=SEC_MODEL, hint=GPT_DROPOUT,
+                          details=["with p = 1 dropout zeroes what it is applied to, so the embeddings' sum becomes "
+                                   "0 and the logits lm_head(ln_f(0)): the same for every input and position, "
+                                   "and not 0 (ln_f's bias is random here, the blocks' biases 0)",
+                                   "yours " + ("depend on the input" if not same else "are all 0")])
+
+
 @single_threaded
 def gpt_forward(GPT) -> None:
     """Shapes, loss None without targets, and a loss near ln(65) at initialisation."""
@@ -275,7 +314,9 @@ def gpt_forward(GPT) -> None:
     expect_shape(logits2, (2, 12, 37), "logits of GPT(vocab_size=37, block_size=12, n_layer=1, n_head=2, d_model=16)",
                  reread=SEC_MODEL, hint="build every layer from the arguments (vocab_size, block_size, ...): the "
                                         "checks use other sizes than tiny-shakespeare's 65 characters")
-    passed(f"GPT: logits (B, T, V), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f})")
+    gpt_dropout(GPT)
+    passed(f"GPT: logits (B, T, V), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f}), dropout on the "
+           "embeddings and in every block")
 
 
 @single_threaded

@@ -144,6 +144,10 @@ def gpt_forward(GPT, g) -> None:
         if abs(loss.item() - math.log(V)) > 0.35:
             raise CheckFailed("the loss at initialisation is far from ln(vocab_size)", reread=visible.SEC_MODEL,
                               details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"])
+    cfg = _config(g)
+    visible.gpt_dropout(GPT, vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
+                        n_head=cfg["n_head"], d_model=cfg["d_model"], B=randint(g, 1, 3),
+                        T=randint(g, 1, cfg["block_size"]), seed=randint(g, 0, 10_000))
 
 
 @visible.single_threaded

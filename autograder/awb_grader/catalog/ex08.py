@@ -241,6 +241,18 @@ MISTAKES = [
         must_fail=("test_gpt_forward", "test_gpt_causal", "test_gpt_positions_tying"), hint="last position only",
         label="last position's logits only"),
     Mistake(
+        id="gpt_dropout_not_in_blocks", cell="GPT",
+        description="the blocks are built without the model's dropout (Block(d_model, n_head)): only the "
+                    "embeddings are ever dropped",
+        source=edit(A, "GPT", ("Block(d_model, n_head, dropout=dropout)", "Block(d_model, n_head)")),
+        must_fail=("test_gpt_forward",), hint="Block(d_model, n_head, dropout=dropout)", label="dropout not passed to the blocks"),
+    Mistake(
+        id="gpt_dropout_after_ln_f", cell="GPT",
+        description="dropout on the final LayerNorm's output instead of on the embeddings' sum",
+        source=edit(A, "GPT", ("        x = self.drop(x)\n", ""),
+                    ("logits = self.lm_head(self.ln_f(x))", "logits = self.lm_head(self.drop(self.ln_f(x)))")),
+        must_fail=("test_gpt_forward",), hint="nowhere after ln_f", label="dropout after ln_f"),
+    Mistake(
         id="gpt_vocab_65", cell="GPT",
         description="embedding and output layer built for 65 characters (tiny-shakespeare) whatever vocab_size says",
         source=edit(A, "GPT", ("nn.Embedding(vocab_size, d_model)", "nn.Embedding(65, d_model)"),

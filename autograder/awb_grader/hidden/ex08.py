@@ -176,12 +176,43 @@ def gpt_forward(GPT) -> None:
         if abs(loss.item() - math.log(V)) > 0.35:
             raise CheckFailed("hidden test: the loss at initialisation is far from ln(vocab_size)",
                               details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"])
+    _gpt_dropout(GPT, g, seed=7)
 
 
 def _every_position(logits, shape, cfg):
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != tuple(shape):
         raise CheckFailed(f"hidden test: GPT.forward must give logits {tuple(shape)} (B, T, V), one row per position",
                           details=[f"case: {cfg}; got {tuple(getattr(logits, 'shape', ()))}"])
+
+
+def _gpt_dropout(GPT, g, seed):
+    """Dropout passed to every block (an nn.Dropout(p) in each); in train mode with p = 1 and every bias
+    inside the blocks set to 0 (random outside them), the logits are lm_head(ln_f(0)): the same for
+    any input and position, and not 0."""
+    cfg = _config(g)
+    V = cfg["vocab_size"]
+    model = A.new(GPT, name="GPT", seed=seed, **{**cfg, "dropout": 0.3})
+    mods = A.describe(model)
+    block_ids = {m["path"].split(".")[1] for m in mods if m["path"].startswith("blocks.")}
+    drops = {m["path"].split(".")[1] for m in mods if m["path"].startswith("blocks.") and m["kind"] == "Dropout"
+             and abs(m["p"] - 0.3) < 1e-12}
+    if not block_ids or block_ids != drops:
+        raise CheckFailed("hidden test: GPT(..., dropout=0.3) has a block without nn.Dropout(0.3)",
+                          details=[f"case: {cfg}"])
+    model = A.train(A.new(GPT, name="GPT", seed=seed, **{**cfg, "dropout": 1.0}), True)
+    values = {k: (torch.zeros_like(v) if k.startswith("blocks.") else torch.randn(v.shape, generator=g))
+              for k, v in A.params(model).items() if k.endswith("bias")}
+    A.load(model, values)
+    outside = any(not k.startswith("blocks.") for k in values)
+    B, T = randint(g, 1, 3), randint(g, 1, cfg["block_size"])
+    with torch.no_grad():
+        a, _ = _fwd(model, torch.randint(V, (B, T), generator=g))
+        b, _ = _fwd(model, torch.randint(V, (B, T), generator=g))
+    _every_position(a, (B, T, V), cfg)
+    if not (close(a, b) and close(a, a[:1, :1].expand_as(a))) or (outside and float(a.abs().max()) < 1e-6):
+        raise CheckFailed("hidden test: GPT(dropout=1.0) in train mode: the logits should be lm_head(ln_f(0)) at "
+                          "every position (dropout on the embeddings' sum, inside the blocks, nowhere after ln_f)",
+                          details=[f"case: {cfg}, idx ({B}, {T})"])
 
 
 @single_threaded
