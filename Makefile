@@ -76,3 +76,15 @@ bench-cohort: $(STAMP)
 
 clean:
 	rm -rf build
+
+# Grading platforms (issue 21): an autograder zip for Gradescope, a question for PrairieLearn.
+.PHONY: gradescope prairielearn
+EX ?=
+PLATFORM_ARGS ?=
+gradescope: $(STAMP)
+	@test -n "$(EX)" || (echo "usage: make gradescope EX=04 [PLATFORM_ARGS='--visibility hidden --seeds SECRET']"; exit 2)
+	$(BIN)/python -m awb_grader gradescope $(EX) $(PLATFORM_ARGS)
+
+prairielearn: $(STAMP)
+	@test -n "$(EX)" || (echo "usage: make prairielearn EX=04 [PLATFORM_ARGS='--image you/awb-grader --seeds SECRET']"; exit 2)
+	$(BIN)/python -m awb_grader prairielearn $(EX) $(PLATFORM_ARGS)
