@@ -80,7 +80,10 @@ def test_regrading_is_idempotent(demo_run):
     from nbgrader.api import Gradebook
 
     with Gradebook(course.db) as gb:
-        assert len(gb.assignment_submissions(demo.ASSIGNMENT)) == sum(r.status != "ungradable" for r in rows)
+        subs = {sub.student.id: sub for sub in gb.assignment_submissions(demo.ASSIGNMENT)}
+        assert set(subs) == {r.student for r in rows}      # the unreadable file too: a flagged 0
+        assert subs["jules"].score == 0 and subs["jules"].notebooks[0].flagged
+        assert {sub.student.last_name for sub in subs.values()} == set(subs)   # formgrader: "ada, ", not "None, None"
 
 
 def test_table_names_mistakes_and_wraps_long_notes():

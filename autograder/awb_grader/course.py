@@ -86,7 +86,9 @@ class Course:
         lines = [f"# Written by awb_grader: the course config plus this course root's paths.",
                  f"load_subconfig({str(CONFIG_FILE)!r})",
                  "c = get_config()",
-                 f"c.CourseDirectory.root = {str(self.root)!r}"]
+                 f"c.CourseDirectory.root = {str(self.root)!r}",
+                 # the course config derived it from its own default root: formgrader's exchange is this root's
+                 f"c.Exchange.root = {str(self.root / 'exchange')!r}"]
         if self.release_dir:
             lines.append(f"c.CourseDirectory.release_directory = {str(Path(self.release_dir).resolve())!r}")
         if self.db_url:
@@ -144,7 +146,21 @@ class Course:
         dest.mkdir(parents=True)
         shutil.copyfile(notebook, dest / f"{assignment}.ipynb")
         (dest / "timestamp.txt").write_text(timestamp or "2026-01-01 00:00:00.000000 UTC")
+        self.name_student(student)
         return dest
+
+    def name_student(self, student: str) -> None:
+        """Give the student a readable name in the gradebook before nbgrader's autograde creates
+        one with none (formgrader would show "None, None"): ``formgrader_view.name_students``."""
+        if not self.db_url and not (self.root / "gradebook.db").exists():
+            return
+        from nbgrader.api import Gradebook
+
+        from .formgrader_view import name_students
+
+        with Gradebook(self.db) as gb:
+            name_students(gb, [student])
+            gb.db.commit()
 
     def autograde(self, assignment: str, student: str) -> dict:
         with nbgrader_quirks_silenced():

@@ -152,12 +152,10 @@ def _grade_one(task: Task) -> Result:
             if not fb["success"]:
                 row.reasons.append("feedback could not be generated")
         errors = failing_errors(course, task.assignment, task.student, row.failed_cells)
-    data = None
-    if row.status != UNGRADABLE:
-        from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook
 
-        with Gradebook(course.db) as gb:
-            data = submission_data(gb, task.assignment, task.student)
+    with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (formgrader_view.py)
+        data = submission_data(gb, task.assignment, task.student)
     return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases, data, began, time.time())
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .course import Course
+from .formgrader_view import record_ungradable
 from .protect import verdict_of
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
 
@@ -59,6 +60,10 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
             max_scores = course.max_scores(assignment) if (course.root / "gradebook.db").exists() or course.db_url else None
         if ins.status == UNGRADABLE:
             _forget_old_grade(course, assignment, student)
+            try:        # formgrader shows it flagged, with the reason (formgrader_view.py)
+                record_ungradable(course, assignment, student, row.reasons)
+            except Exception as e:  # noqa: BLE001 - the student keeps the status and reason here
+                row.reasons.append(f"not recorded in the gradebook ({type(e).__name__}: {str(e)[:150]})")
             rows.append(row)
             continue
         for attempt in range(2):  # one retry: a kernel that failed to start must not zero a student

@@ -1,0 +1,234 @@
+"""Formgrader in a real browser: the instructor's door that is a button.
+
+A course root graded by the cohort command (``python -m awb_grader cohort``) on an LMS zip of
+three submissions of exercise 05 (``tests/test_doors.py``'s honest work and encoded tampering,
+and a file cut short, which is not a notebook). JupyterLab runs from the virtual environment
+with nbgrader's server extension, in the course root (so formgrader loads the course's
+``nbgrader_config.py``: the sandbox kernel and the outside verdict), on 127.0.0.1 with a token;
+Debian's Chromium drives it through Playwright (the skip rules and the browser fixture are
+``tests/test_browser.py``'s).
+
+Before the browser opens, the honest and the tampering submission lose the cohort's grade
+(nbgrader's ``Gradebook.remove_submission`` and their autograded folders): formgrader lists them
+as "needs autograding", as it would after an instructor collected them. Then, in the UI:
+JupyterLab's Nbgrader menu -> Formgrader -> Manage Assignments (no banner about the exchange)
+-> the assignment's submissions -> the autograde button of each student; the score column and,
+under Manual Grading, the flag column must say what the cohort command said in ``flags.csv``:
+the same scores, tampering flagged, honest work not. The unreadable file shows flagged at 0
+with its reason on its submission's page, and every student has a readable name (not
+"None, None"). Screenshots are kept in the test's temporary folder (printed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_browser import CHROMIUM, SETTINGS, _free_port, browser, playwright_api  # noqa: F401 (fixture)
+from test_doors import A, _run, door_cases
+
+from awb_grader import protect, sandbox
+from awb_grader.formgrader_view import UNGRADABLE_TITLE
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+              pytest.mark.skipif(not sandbox.bwrap_works(),
+                                 reason="bubblewrap cannot run here: formgrader's autograde refuses (test_doors.py)")]
+
+UI = ("honest", "tampering")           # autograded again from formgrader's button
+CORRUPT = "jules"                      # not a notebook: the cohort records it flagged at 0
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """(course root, {student: flags.csv row}): the cohort command's grades of the three files,
+    then the honest and tampering submissions' grades removed (formgrader grades those)."""
+    tmp = tmp_path_factory.mktemp("formgrader")
+    cases = door_cases()
+    lms = tmp / "lms.zip"
+    with zipfile.ZipFile(lms, "w") as zf:
+        for s in UI:
+            zf.writestr(f"{s}_{A}.ipynb", nbformat.writes(cases[s]))
+        zf.writestr(f"{CORRUPT}_{A}.ipynb", nbformat.writes(cases["honest"])[:1500])
+    root = tmp / "course"
+    t0 = time.monotonic()
+    res = _run([sys.executable, "-m", "awb_grader", "cohort", str(lms), "--exercises", "05", "--workers", "2",
+                "--course", str(root), "--timeout", "20", "--no-feedback"], tmp)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    with open(root / "flags.csv") as fh:
+        flags = {r["student"]: r for r in csv.DictReader(fh)}
+    print(f"cohort command: {time.monotonic() - t0:.1f} s")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for s in UI:
+            gb.remove_submission(A, s)
+    for s in UI:
+        shutil.rmtree(root / "autograded" / s / A)
+    return root, flags
+
+
+@pytest.fixture(scope="module")
+def lab(graded, tmp_path_factory):
+    """JupyterLab with nbgrader's server extension, started in the course root; yields (url, token)."""
+    root, _ = graded
+    tmp = tmp_path_factory.mktemp("lab")
+    settings = tmp / "settings"
+    for name, value in SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(json.dumps(value))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
+    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
+               OMP_NUM_THREADS="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop(protect.UNPROTECTED_ENV, None)
+    log = open(tmp / "server.log", "w")
+    # the course root is the working directory: formgrader reads its nbgrader_config.py from there
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("JupyterLab did not start:\n" + (tmp / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        print("JupyterLab's log:", tmp / "server.log")
+
+
+def _row(frame, student):
+    """The row of ``student`` in a formgrader table (its Student ID cell, or its revealed name)."""
+    return frame.locator("#main-table tr").filter(has=frame.locator("td", has_text=student)).first
+
+
+def _autograde(frame, student) -> str:
+    """Press the autograde button of ``student``'s row; returns the text of the dialog that answers."""
+    row = frame.locator("#main-table tr").filter(has=frame.locator("td.student-id", has_text=student))
+    row.locator("td.autograde a").click()
+    dialog = frame.locator("#success-modal, #error-modal")
+    dialog.wait_for(state="visible", timeout=240_000)
+    text = dialog.inner_text()
+    dialog.locator(".modal-footer button").click()
+    dialog.wait_for(state="detached", timeout=30_000)
+    return text
+
+
+def test_formgrader_autogrades_as_the_cohort_command_does(browser, lab, graded):
+    root, flags = graded
+    base, token = lab
+    shots = root.parent / "screenshots"
+    shots.mkdir(exist_ok=True)
+    t0 = time.monotonic()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{base}/lab?reset&token={token}")
+    # JupyterLab's Nbgrader menu (nbgrader's lab extension) -> Formgrader: a panel holding formgrader
+    page.locator(".lm-MenuBar-item", has_text="Nbgrader").click()
+    page.locator(".lm-Menu-item[data-command='nbgrader:open-formgrader']").click()
+    fg = page.frame_locator("iframe[src*='formgrader']")
+    table = fg.locator("#main-table")
+    table.locator("td", has_text=A).first.wait_for()
+    assert fg.locator("#warning-exchange").count() == 0, fg.locator("#warning-exchange").inner_text()
+    assert not fg.locator(".alert-warning, .alert-danger").filter(has_text="exchange").count()
+    page.screenshot(path=str(shots / "1_manage_assignments.png"))
+
+    # Manage Assignments -> the number of submissions of exercise 05 -> Manage Submissions
+    assignment = fg.locator("#main-table tr").filter(has=fg.locator("td", has_text=A))
+    assignment.locator("td.num-submissions a").click()
+    fg.locator("#main-table td.student-id", has_text=CORRUPT).wait_for()
+    before = {s: fg.locator("#main-table tr").filter(has=fg.locator("td.student-id", has_text=s))
+              .locator("td.status").inner_text() for s in (*UI, CORRUPT)}
+    assert before == {"honest": "needs autograding", "tampering": "needs autograding", CORRUPT: "graded"}, before
+    page.screenshot(path=str(shots / "2_before_autograde.png"))
+    t_ready = time.monotonic()
+
+    dialogs = {s: _autograde(fg, s) for s in UI}
+    t_graded = time.monotonic()
+    for s, text in dialogs.items():
+        assert f"Successfully autograded '{A}' for student '{s}'" in text, text
+    rows = {}
+    for s in (*UI, CORRUPT):
+        row = fg.locator("#main-table tr").filter(has=fg.locator("td.student-id", has_text=s))
+        row.locator("td.status", has_text="graded").wait_for()
+        rows[s] = {"name": row.locator("td.student-name").inner_text().strip(),
+                   "status": row.locator("td.status").inner_text().strip(),
+                   "score": row.locator("td.score").inner_text().strip()}
+    page.screenshot(path=str(shots / "3_after_autograde.png"))
+
+    # Manual Grading -> exercise 05 -> its notebook: the flag column, each row named
+    crumbs = fg.locator("ol.breadcrumb li")
+    fg.locator("ul.nav a", has_text="Manual Grading").click()
+    playwright_api.expect(crumbs).to_have_count(1)
+    fg.locator("#main-table td.name a", has_text=A).click()          # the assignment
+    playwright_api.expect(crumbs).to_have_count(2)
+    fg.locator("#main-table td.name a", has_text=A).click()          # its notebook
+    playwright_api.expect(crumbs).to_have_count(3)
+    fg.locator("#main-table td.flagged").first.wait_for()
+    fg.locator("button", has_text="Show All Names").click()
+    flagged = {}
+    for s in (*UI, CORRUPT):
+        row = fg.locator("#main-table tr").filter(has=fg.locator("td.name a.name-shown", has_text=s))
+        flagged[s] = row.locator("td.flagged .glyphicon-flag").count() == 1
+        assert row.locator("td.score").inner_text().strip() == rows[s]["score"], s
+    page.screenshot(path=str(shots / "4_manual_grading_flags.png"))
+
+    # the unreadable file's submission page says why it was not graded
+    fg.locator("#main-table tr").filter(has=fg.locator("td.name a.name-shown", has_text=CORRUPT)) \
+        .locator("td.name a.name-shown").click()
+    note = fg.locator("h2", has_text=UNGRADABLE_TITLE)
+    note.wait_for()
+    note_text = fg.locator(".jp-MarkdownOutput, .rendered_html, .text_cell_render").filter(
+        has_text=UNGRADABLE_TITLE).first.inner_text()
+    page.screenshot(path=str(shots / "5_unreadable_submission.png"))
+    page.close()
+
+    # what formgrader shows = what the cohort command wrote in flags.csv
+    full = float(flags["honest"]["max_score"])
+    for s in (*UI, CORRUPT):
+        assert rows[s]["score"] == f"{float(flags[s]['score']):g} / {full:g}", (s, rows[s], flags[s])
+        assert flagged[s] == (flags[s]["status"] in ("flagged", "ungradable")), (s, flagged[s], flags[s]["status"])
+        assert rows[s]["name"] == f"{s}," and "None" not in rows[s]["name"], rows[s]
+    assert rows["honest"]["score"] == f"{full:g} / {full:g}" and not flagged["honest"]
+    assert rows["tampering"]["score"] == f"0 / {full:g}" and flagged["tampering"]
+    assert flags[CORRUPT]["status"] == "ungradable" and flagged[CORRUPT]
+    assert "invalid JSON" in flags[CORRUPT]["reasons"] and "invalid JSON" in note_text, note_text
+    # formgrader's button ran the protected autograde (the sandbox, the outside verdict), whose
+    # reasons are the cohort command's, word for word
+    for s in UI:
+        verdict = protect.verdict_of(root / "autograded" / s / A / f"{A}.ipynb")
+        assert verdict["sandbox"] == "bwrap", verdict
+        assert " | ".join(verdict["reasons"]) == flags[s]["reasons"], (s, verdict["reasons"], flags[s]["reasons"])
+    print(f"formgrader in the browser: {time.monotonic() - t0:.1f} s (formgrader open {t_ready - t0:.1f} s, "
+          f"two autogrades {t_graded - t_ready:.1f} s); screenshots in {shots}")
+    for s in (*UI, CORRUPT):
+        print(f"  {s:<10} formgrader: {rows[s]['name']!r} {rows[s]['status']}, {rows[s]['score']}, "
+              f"{'flagged' if flagged[s] else 'not flagged'} | cohort: {flags[s]['score']}/{flags[s]['max_score']} "
+              f"{flags[s]['status']}")
