@@ -1,8 +1,8 @@
-"""Your own pieces, carried forward: the import cell of exercises 06, 07 and 08 says how to use
+"""Your own pieces, carried forward: the import cell of exercises 06, 07, 08 and 09 says how to use
 your answers from earlier exercises instead of the workbook's (insert a cell below it and paste
 the cells it names), and that way works:
 
-* in-process (no kernel): each of the three runs every visible and hidden check with the
+* in-process (no kernel): each of them runs every visible and hidden check with the
   solution cells of 05 (and 06) pasted below its import cell exactly as the cell says, and the
   pasted classes are the ones the checks use (08's GPT is built from your TransformerBlock);
 * through nbgrader (one autograde): exercise 06 with exercise 05's cells pasted that way gets
@@ -27,6 +27,7 @@ RECIPES = {
     "07_encoder_decoder": (MHA, ("06_transformer_block", ("sinusoidal_positions", "LayerNorm", "FeedForward",
                                                           "TransformerBlock"))),
     "08_train_a_gpt": (MHA, ("06_transformer_block", ("LayerNorm", "FeedForward", "TransformerBlock"))),
+    "09_attention_at_scale": (("05_multi_head_attention", ("split_heads", "merge_heads")),),
 }
 _HIDDEN_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) HIDDEN TESTS[ \t]*\n?", re.M)
 

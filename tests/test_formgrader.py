@@ -124,11 +124,6 @@ def lab(graded, tmp_path_factory):
         print("JupyterLab's log:", tmp / "server.log")
 
 
-def _row(frame, student):
-    """The row of ``student`` in a formgrader table (its Student ID cell, or its revealed name)."""
-    return frame.locator("#main-table tr").filter(has=frame.locator("td", has_text=student)).first
-
-
 def _autograde(frame, student) -> str:
     """Press the autograde button of ``student``'s row; returns the text of the dialog that answers."""
     row = frame.locator("#main-table tr").filter(has=frame.locator("td.student-id", has_text=student))

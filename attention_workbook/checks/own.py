@@ -44,6 +44,10 @@ EXERCISES: dict[str, dict] = {
                         "attention_workbook.blocks.TransformerBlock", "attention_workbook.blocks.sinusoidal_positions"]},
     "08": {"graded": ["get_batch", "lr_at", "GPT", "generate"],
            "provided": ["attention_workbook.gpt.Block"]},                    # the fallback block
+    "09": {"graded": ["online_softmax", "tiled_attention", "GroupedQueryAttention", "apply_rope",
+                      "sliding_window_mask", "generate_cached"],
+           "provided": ["attention_workbook.gpt.GPT", "attention_workbook.gpt.generate",   # lecture 08's model
+                        "attention_workbook.mha.split_heads", "attention_workbook.mha.merge_heads"]},
 }
 
 

@@ -161,6 +161,19 @@ ITEMS: dict[str, list[Item]] = {
         Item("test_generate_basics", 2, "generate_basics", ("generate",)),
         Item("test_generate_sampling", 2, "generate_sampling", ("generate",)),
     ],
+    "09_attention_at_scale": [
+        Item("test_online_softmax_values", 2, "online_softmax_values", ("online_softmax",)),
+        Item("test_online_softmax_edge", 1, "online_softmax_edge", ("online_softmax",)),
+        Item("test_tiled_attention_values", 2, "tiled_attention_values", ("tiled_attention",)),
+        Item("test_tiled_attention_mask", 2, "tiled_attention_mask", ("tiled_attention",)),
+        Item("test_gqa_as_mha", 2, "gqa_as_mha", ("GroupedQueryAttention",)),
+        Item("test_gqa_groups", 2, "gqa_groups", ("GroupedQueryAttention",)),
+        Item("test_apply_rope_values", 2, "apply_rope_values", ("apply_rope",)),
+        Item("test_apply_rope_positions", 1, "apply_rope_positions", ("apply_rope",)),
+        Item("test_sliding_window_mask", 1, "sliding_window_mask_values", ("sliding_window_mask",)),
+        Item("test_generate_cached_equal", 2, "generate_cached_equal", ("generate_cached",)),
+        Item("test_generate_cached_steps", 1, "generate_cached_steps", ("generate_cached",)),
+    ],
 }
 
 POINTS: dict[str, dict[str, int]] = {ex: {it.cell: it.points for it in items} for ex, items in ITEMS.items()}

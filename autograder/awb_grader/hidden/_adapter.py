@@ -413,6 +413,10 @@ def maker(kind: str):
         from .ex08 import _Stub
 
         return _Stub
+    if kind == "ex09.gpt":
+        from .ex09 import _recording_gpt
+
+        return _recording_gpt
     raise KeyError(f"unknown checker object {kind!r}")
 
 

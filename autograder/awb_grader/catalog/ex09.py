@@ -1,0 +1,367 @@
+"""Misconception catalog for exercise 09 (online_softmax, tiled_attention, GroupedQueryAttention,
+apply_rope, sliding_window_mask, generate_cached)."""
+
+from . import Alternative, Mistake, edit
+
+A = "09_attention_at_scale"
+
+_NOT_CACHED = '''@torch.no_grad()
+def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    model.eval()
+    for _ in range(max_new_tokens):
+        logits = model(idx)[0][:, -1, :] / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+'''
+
+_NO_MAX = '''def online_softmax(x, block=4):
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    for s in range(0, x.shape[-1], block):
+        l = l + torch.exp(x[..., s:s + block]).sum(dim=-1, keepdim=True)
+    return torch.exp(x) / l
+'''
+
+_WINDOW_SLICES = '''def sliding_window_mask(T, window):
+    mask = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        mask[i, i - window + 1:i + 1] = True
+    return mask
+'''
+
+MISTAKES = [
+    # -- online_softmax ----------------------------------------------------------------------
+    Mistake(
+        id="online_sum_not_rescaled", cell="online_softmax",
+        description="the running sum is not rescaled when a block raises the maximum: old terms keep the old maximum",
+        source=edit(A, "online_softmax", ("l = l * torch.exp(m - ref) + ", "l = l + ")),
+        must_fail=("test_online_softmax_values",), hint="running sum is not rescaled", label="sum not rescaled"),
+    Mistake(
+        id="online_rescale_inverted", cell="online_softmax",
+        description="the sum is rescaled by exp(new max - old max) instead of exp(old max - new max)",
+        source=edit(A, "online_softmax", ("torch.exp(m - ref) + ", "torch.exp(ref - m) + ")),
+        must_fail=("test_online_softmax_values",), hint="rescaling factor is inverted"),
+    Mistake(
+        id="online_no_max", cell="online_softmax",
+        description="exponentiates the scores without a running maximum: right for small values, inf/inf = nan "
+                    "for large ones",
+        source=_NO_MAX,
+        must_fail=("test_online_softmax_edge",), hint="no running maximum is subtracted", visible=True),
+    Mistake(
+        id="online_last_block_skipped", cell="online_softmax",
+        description="the loop stops before a last, shorter block: right only when n is a multiple of block",
+        source=edit(A, "online_softmax", ("range(0, x.shape[-1], block)", "range(0, x.shape[-1] - block + 1, block)")),
+        must_fail=("test_online_softmax_edge",), hint="last, shorter block is skipped", visible=True),
+    Mistake(
+        id="online_nan_on_masked_block", cell="online_softmax",
+        description="no guard for a maximum that is still -inf: a whole block of -inf gives nan",
+        source=edit(A, "online_softmax", ('ref = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)',
+                                          "ref = m_new")),
+        must_fail=("test_online_softmax_edge",), hint="nan where a whole block is -inf", visible=True),
+    # -- tiled_attention ---------------------------------------------------------------------
+    Mistake(
+        id="tiled_acc_not_rescaled", cell="tiled_attention",
+        description="the running output is not rescaled when a tile raises the maximum",
+        source=edit(A, "tiled_attention", ("acc = acc * rescale + ", "acc = acc + ")),
+        must_fail=("test_tiled_attention_values",), hint="acc is not rescaled", label="output not rescaled"),
+    Mistake(
+        id="tiled_sum_not_rescaled", cell="tiled_attention",
+        description="the running sum is not rescaled when a tile raises the maximum",
+        source=edit(A, "tiled_attention", ("l = l * rescale + ", "l = l + ")),
+        must_fail=("test_tiled_attention_values",), hint="sum l is not rescaled", label="sum not rescaled"),
+    Mistake(
+        id="tiled_per_tile_softmax", cell="tiled_attention",
+        description="each tile is normalised by its own sum and the tiles' outputs added: weights no longer sum to 1",
+        source=edit(A, "tiled_attention", ("acc = acc * rescale + p @ v[..., s:s + block, :]",
+                                           "acc = acc * rescale + (p / p.sum(dim=-1, keepdim=True)) @ v[..., s:s + block, :]"),
+                    ("return acc / l", "return acc")),
+        must_fail=("test_tiled_attention_values",), hint="normalised by its own sum"),
+    Mistake(
+        id="tiled_no_scaling", cell="tiled_attention",
+        description="scores not divided by sqrt(d)",
+        source=edit(A, "tiled_attention", (" / math.sqrt(q.shape[-1])", "")),
+        must_fail=("test_tiled_attention_values",), hint="not scaled by 1/sqrt(d)", label="no sqrt(d) scaling"),
+    Mistake(
+        id="tiled_scaled_by_dv", cell="tiled_attention",
+        description="scores divided by the square root of the value width: right only when d == dv",
+        source=edit(A, "tiled_attention", ("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")),
+        must_fail=("test_tiled_attention_values", "test_tiled_attention_mask"), hint="scaled by the value width",
+        visible=True),
+    Mistake(
+        id="tiled_four_dims_only", cell="tiled_attention",
+        description="slices and transposes by fixed axis numbers: works for (B, H, T, d) only",
+        source=edit(A, "tiled_attention", ("k[..., s:s + block, :].transpose(-2, -1)", "k[:, :, s:s + block, :].transpose(2, 3)")),
+        must_fail=("test_tiled_attention_values", "test_tiled_attention_mask"), hint="leading axes", visible=True),
+    Mistake(
+        id="tiled_mask_inverted", cell="tiled_attention",
+        description="masked_fill with the mask itself: True treated as blocked",
+        source=edit(A, "tiled_attention", ("~mask[..., s:s + block]", "mask[..., s:s + block]")),
+        must_fail=("test_tiled_attention_mask",), hint="mask is inverted"),
+    Mistake(
+        id="tiled_nan_on_masked_tile", cell="tiled_attention",
+        description="no guard for a maximum that is still -inf: a tile masked for a whole query row gives nan",
+        source=edit(A, "tiled_attention", ('ref = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)',
+                                           "ref = m_new")),
+        must_fail=("test_tiled_attention_mask",), hint="nan where a whole tile is masked", visible=True),
+    # -- GroupedQueryAttention ---------------------------------------------------------------
+    Mistake(
+        id="gqa_heads_tiled", cell="GroupedQueryAttention",
+        description="key/value heads tiled (kv0, kv1, kv0, kv1) instead of repeated in place (kv0, kv0, kv1, kv1)",
+        source=edit(A, "GroupedQueryAttention",
+                    ("split_heads(k, self.n_kv_heads).repeat_interleave(group, dim=1)",
+                     "split_heads(k, self.n_kv_heads).repeat(1, group, 1, 1)"),
+                    ("split_heads(v, self.n_kv_heads).repeat_interleave(group, dim=1)",
+                     "split_heads(v, self.n_kv_heads).repeat(1, group, 1, 1)")),
+        must_fail=("test_gqa_groups",), hint="repeated in the wrong order", label="kv heads in the wrong order"),
+    Mistake(
+        id="gqa_keys_values_swapped", cell="GroupedQueryAttention",
+        description="the first half of W_kv's output used as the values and the second as the keys",
+        source=edit(A, "GroupedQueryAttention", ("k, v = self.W_kv(x).split(", "v, k = self.W_kv(x).split(")),
+        must_fail=("test_gqa_as_mha", "test_gqa_groups"), hint="keys and values swapped"),
+    Mistake(
+        id="gqa_full_kv", cell="GroupedQueryAttention",
+        description="n_kv_heads ignored: W_kv has n_heads key and value heads (plain multi-head attention)",
+        source=edit(A, "GroupedQueryAttention",
+                    ("nn.Linear(d_model, 2 * n_kv_heads * self.d_head)", "nn.Linear(d_model, 2 * d_model)"),
+                    ("split(self.n_kv_heads * self.d_head, dim=-1)", "split(D, dim=-1)"),
+                    ("split_heads(k, self.n_kv_heads).repeat_interleave(group, dim=1)", "split_heads(k, self.n_heads)"),
+                    ("split_heads(v, self.n_kv_heads).repeat_interleave(group, dim=1)", "split_heads(v, self.n_heads)")),
+        must_fail=("test_gqa_groups",), hint="W_kv has n_heads key and value heads", label="n_kv_heads ignored"),
+    Mistake(
+        id="gqa_mask_or_causal", cell="GroupedQueryAttention",
+        description="with both a mask and is_causal, the causal mask is dropped: right when only one is given",
+        source=edit(A, "GroupedQueryAttention", ("mask = causal if mask is None else mask & causal",
+                                                 "mask = causal if mask is None else mask")),
+        must_fail=("test_gqa_as_mha",), hint="only one is applied", visible=True),
+    # -- apply_rope --------------------------------------------------------------------------
+    Mistake(
+        id="rope_half_split", cell="apply_rope",
+        description="pairs x[i] with x[i + d/2] (the half-split convention), not the adjacent pairs asked for",
+        source=edit(A, "apply_rope", ("even, odd = x[..., 0::2], x[..., 1::2]", "even, odd = x[..., :d // 2], x[..., d // 2:]"),
+                    ("y[..., 0::2] = even * cos - odd * sin", "y[..., :d // 2] = even * cos - odd * sin"),
+                    ("y[..., 1::2] = even * sin + odd * cos", "y[..., d // 2:] = even * sin + odd * cos")),
+        must_fail=("test_apply_rope_values", "test_apply_rope_positions"), hint="ADJACENT pairs",
+        label="RoPE pairs not adjacent"),
+    Mistake(
+        id="rope_wrong_frequencies", cell="apply_rope",
+        description="frequencies base ** (-i / d) instead of base ** (-2i / d)",
+        source=edit(A, "apply_rope", ("-torch.arange(0, d, 2, dtype=torch.float64) / d",
+                                      "-torch.arange(0, d // 2, dtype=torch.float64) / d")),
+        must_fail=("test_apply_rope_values",), hint="wrong frequencies"),
+    Mistake(
+        id="rope_clockwise", cell="apply_rope",
+        description="rotates by minus the angle (the sine terms' signs swapped)",
+        source=edit(A, "apply_rope", ("even * cos - odd * sin", "even * cos + odd * sin"),
+                    ("even * sin + odd * cos", "odd * cos - even * sin")),
+        must_fail=("test_apply_rope_values",), hint="rotates clockwise"),
+    Mistake(
+        id="rope_positions_ignored", cell="apply_rope",
+        description="always rotates by 0 .. T-1, whatever positions says: right only for the default",
+        source=edit(A, "apply_rope", ("    if positions is None:\n        positions = torch.arange(T)",
+                                      "    positions = torch.arange(T)")),
+        must_fail=("test_apply_rope_positions",), hint="positions argument is ignored", visible=True),
+    Mistake(
+        id="rope_base_ignored", cell="apply_rope",
+        description="the base is fixed at 10000: right only for the default base",
+        source=edit(A, "apply_rope", ("theta = base ** (", "theta = 10000.0 ** (")),
+        must_fail=("test_apply_rope_values",), hint="base argument is ignored", visible=True),
+    # -- sliding_window_mask -----------------------------------------------------------------
+    Mistake(
+        id="window_one_too_wide", cell="sliding_window_mask",
+        description="query i sees window + 1 keys (i - j <= window)",
+        source=edit(A, "sliding_window_mask", ("(j > i - window)", "(j >= i - window)")),
+        must_fail=("test_sliding_window_mask",), hint="not window + 1", label="window off by one (wide)"),
+    Mistake(
+        id="window_one_too_narrow", cell="sliding_window_mask",
+        description="query i sees window - 1 keys: itself not counted in the window",
+        source=edit(A, "sliding_window_mask", ("(j > i - window)", "(j > i - window + 1)")),
+        must_fail=("test_sliding_window_mask",), hint="not window - 1", label="window off by one (narrow)"),
+    Mistake(
+        id="window_not_causal", cell="sliding_window_mask",
+        description="a symmetric band |i - j| < window: queries see the future",
+        source=edit(A, "sliding_window_mask", ("(j <= i) & (j > i - window)", "(i - j).abs() < window")),
+        must_fail=("test_sliding_window_mask",), hint="not causal"),
+    Mistake(
+        id="window_negative_slice", cell="sliding_window_mask",
+        description="slices each row from i - window + 1 without clamping at 0: the first rows are emptied; "
+                    "right only for window = 1",
+        source=_WINDOW_SLICES,
+        must_fail=("test_sliding_window_mask",), hint="clamp the start at 0", visible=True),
+    # -- generate_cached ---------------------------------------------------------------------
+    Mistake(
+        id="cache_positions_restart", cell="generate_cached",
+        description="each new token gets position embedding 0.. again instead of the position after the cache",
+        source=edit(A, "generate_cached", ("model.pos_emb(torch.arange(past, past + t))", "model.pos_emb(torch.arange(t))")),
+        must_fail=("test_generate_cached_equal",), hint="restart at 0", label="positions restart in the cache"),
+    Mistake(
+        id="cache_replaced", cell="generate_cached",
+        description="the cache is overwritten by the newest key and value instead of appended to",
+        source=edit(A, "generate_cached", ("""            if layer[0] is not None:
+                k, v = torch.cat([layer[0], k], dim=2), torch.cat([layer[1], v], dim=2)
+""", "")),
+        must_fail=("test_generate_cached_equal",), hint="replaced instead of appended"),
+    Mistake(
+        id="cache_prefill_not_causal", cell="generate_cached",
+        description="the prompt is read without the causal mask",
+        source=edit(A, "generate_cached", ("is_causal=(past == 0 and t > 1)", "is_causal=False")),
+        must_fail=("test_generate_cached_equal",), hint="without the causal mask"),
+    Mistake(
+        id="cache_not_used", cell="generate_cached",
+        description="runs the whole model on the whole text at every step (lecture 08's generate): right tokens, "
+                    "no cache",
+        source=_NOT_CACHED,
+        must_fail=("test_generate_cached_steps",), hint="not cached"),
+    Mistake(
+        id="cache_sampling_options_ignored", cell="generate_cached",
+        description="temperature and top_k are ignored: right only for the defaults",
+        source=edit(A, "generate_cached", ("""        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+""", "")),
+        must_fail=("test_generate_cached_equal",), hint="temperature and top_k are ignored", visible=True),
+]
+
+ALTERNATIVES = [
+    Alternative(
+        id="written_differently",
+        description="online softmax with torch.split and nan_to_num; tiled attention over query tiles too, with "
+                    "einsum; GQA with expand + reshape and an explicit softmax; RoPE with complex numbers; the window "
+                    "from two triangles; the cache as a small class, linear layers called through F.linear",
+        cells={
+            "online_softmax": '''def online_softmax(x, block=4):
+    m = x.new_full((*x.shape[:-1], 1), -math.inf)
+    total = x.new_zeros((*x.shape[:-1], 1))
+    for chunk in torch.split(x, block, dim=-1):
+        new_max = torch.maximum(m, chunk.amax(dim=-1, keepdim=True))
+        shift = new_max.nan_to_num(neginf=0.0)
+        total = total * (m - shift).exp() + (chunk - shift).exp().sum(-1, keepdim=True)
+        m = new_max
+    return (x - m).exp() / total
+''',
+            "tiled_attention": '''def tiled_attention(q, k, v, mask=None, block=16):
+    d, Tq, Tk = q.shape[-1], q.shape[-2], k.shape[-2]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    if mask is not None:
+        mask = mask.broadcast_to(*batch, Tq, Tk)
+    rows = []
+    for a in range(0, Tq, block):                              # tiles of queries too
+        qa = q[..., a:a + block, :]
+        best = torch.full((*qa.shape[:-1], 1), -math.inf)
+        denom = torch.zeros_like(best)
+        out = torch.zeros(*qa.shape[:-1], v.shape[-1])
+        for b in range(0, Tk, block):
+            s = torch.einsum("...id,...jd->...ij", qa, k[..., b:b + block, :]) / d ** 0.5
+            if mask is not None:
+                s = torch.where(mask[..., a:a + block, b:b + block], s, -math.inf)
+            new = torch.maximum(best, s.amax(-1, keepdim=True))
+            shift = torch.where(new.isinf(), 0.0, new)
+            w = (s - shift).exp()
+            c = (best - shift).exp()
+            denom = denom * c + w.sum(-1, keepdim=True)
+            out = out * c + torch.einsum("...ij,...jd->...id", w, v[..., b:b + block, :])
+            best = new
+        rows.append(out / denom)
+    return torch.cat(rows, dim=-2)
+''',
+            "GroupedQueryAttention": '''class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        hd = d_model // n_heads
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_kv = nn.Linear(d_model, 2 * n_kv_heads * hd)
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None, is_causal=False):
+        B, T, D = x.shape
+        H, Hkv = self.n_heads, self.n_kv_heads
+        hd = D // H
+        q = self.W_q(x).view(B, T, H, hd).transpose(1, 2)
+        kv = self.W_kv(x).view(B, T, 2, Hkv, hd)
+        k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)          # (B, Hkv, T, hd)
+        k = k[:, :, None].expand(B, Hkv, H // Hkv, T, hd).reshape(B, H, T, hd)
+        v = v[:, :, None].expand(B, Hkv, H // Hkv, T, hd).reshape(B, H, T, hd)
+        s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+        allowed = torch.ones(T, T, dtype=torch.bool)
+        if mask is not None:
+            allowed = allowed & mask
+        if is_causal:
+            allowed = allowed & torch.ones(T, T, dtype=torch.bool).tril()
+        w = torch.exp(s.masked_fill(~allowed, -math.inf) - s.amax(-1, keepdim=True))
+        y = (w / w.sum(-1, keepdim=True)) @ v
+        return self.W_o(y.transpose(1, 2).reshape(B, T, D))
+''',
+            "apply_rope": '''def apply_rope(x, positions=None, base=10000.0):
+    T, d = x.shape[-2:]
+    pos = torch.arange(T) if positions is None else positions
+    freqs = 1.0 / base ** (torch.arange(d // 2, dtype=torch.float64) * 2 / d)
+    turn = torch.polar(torch.ones(T, d // 2, dtype=torch.float64), torch.outer(pos.double(), freqs))
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(z * turn).reshape(x.shape).to(x.dtype)
+''',
+            "sliding_window_mask": '''def sliding_window_mask(T, window):
+    ones = torch.ones(T, T, dtype=torch.bool)
+    return torch.tril(ones) & ~torch.tril(ones, diagonal=-window)
+''',
+            "generate_cached": '''class KVCache:
+    def __init__(self, n):
+        self.keys, self.values = [None] * n, [None] * n
+
+    def add(self, i, k, v):
+        if self.keys[i] is not None:
+            k = torch.cat((self.keys[i], k), dim=-2)
+            v = torch.cat((self.values[i], v), dim=-2)
+        self.keys[i], self.values[i] = k, v
+        return k, v
+
+
+def cached_logits(model, tokens, cache, start):
+    B, t = tokens.shape
+    h = model.tok_emb(tokens) + model.pos_emb.weight[start:start + t]
+    for i, blk in enumerate(model.blocks):
+        att = blk.attn
+        D, H = att.d_model, att.n_heads
+        z = F.linear(blk.ln1(h), att.W_qkv.weight, att.W_qkv.bias)
+        q, k, v = (z[..., j * D:(j + 1) * D].reshape(B, t, H, D // H).transpose(1, 2) for j in range(3))
+        k, v = cache.add(i, k, v)
+        s = q @ k.transpose(-1, -2) / math.sqrt(D // H)
+        keep = torch.arange(start + t)[None, :] <= torch.arange(start, start + t)[:, None]
+        y = s.masked_fill(~keep, -math.inf).softmax(-1) @ v
+        h = h + att.W_o(y.transpose(1, 2).reshape(B, t, D))
+        h = h + blk.ff(blk.ln2(h))
+    return model.lm_head(model.ln_f(h[:, -1]))
+
+
+def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    model.eval()
+    with torch.no_grad():
+        cache = KVCache(len(model.blocks))
+        logits = cached_logits(model, idx, cache, 0)
+        for n in range(max_new_tokens):
+            logits = logits / temperature
+            if top_k:
+                v, _ = torch.topk(logits, min(top_k, logits.shape[-1]))
+                logits = torch.where(logits < v[:, -1:], -math.inf, logits)
+            token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            idx = torch.cat((idx, token), 1)
+            if n < max_new_tokens - 1:
+                logits = cached_logits(model, token, cache, idx.shape[1] - 1)
+    return idx
+''',
+        },
+    ),
+    Alternative(
+        id="warnings_tensor_copies",
+        description="apply_rope and sliding_window_mask that copy tensors with torch.tensor(tensor) (PyTorch warns "
+                    "about it): correct, so full marks, warnings or not",
+        cells={
+            "apply_rope": edit(A, "apply_rope", ("angle = positions.double()[:, None]",
+                                                 "angle = torch.tensor(positions).double()[:, None]")),
+            "sliding_window_mask": edit(A, "sliding_window_mask", ("i = torch.arange(T).unsqueeze(1)",
+                                                                   "i = torch.tensor(torch.arange(T)).unsqueeze(1)")),
+        }),
+]
