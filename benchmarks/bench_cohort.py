@@ -7,17 +7,17 @@ On a synthetic cohort (``awb_grader.synth``: correct work, catalogued mistakes, 
 of one exercise it measures, side by side on the same machine:
 
 1. a bare ``nbclient`` execution of one correct notebook (the floor: a kernel + the cells);
-2. ``nbgrader autograde ASSIGNMENT`` (the real CLI, sequential, nbgrader's default kernel);
-   then the same grading through nbgrader's Python API, once with warm kernels
-   (``awb_grader.warm``: each kernel forked from a process that has PyTorch imported, as the
-   catalog tests grade) and once with a new kernel per notebook;
-3. the same grading in parallel shards (``awb_grader.parallel``, no sandbox, no verdict,
-   no feedback): the speedup that parallelism alone buys, against 2.;
+2. ``nbgrader autograde ASSIGNMENT`` (the real CLI, sequential: the course's config makes it
+   the protected door, a new bubblewrap-sandboxed kernel and the outside verdict per notebook);
+   then the course's own (trusted) notebooks through nbgrader's Python API, unsandboxed, once
+   with warm kernels (``awb_grader.warm``: each kernel forked from a process that has PyTorch
+   imported, as the catalog tests grade) and once with a new kernel per notebook;
+3. the same grading as 2. in parallel shards (``awb_grader.parallel``, no feedback): the
+   speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
    outside verdict, feedback, export, summary), interleaved because the load moves: with
-   ``--workers`` and with 1 worker, twice each, with warm sandboxed kernels (the default), and
-   once with a new sandboxed kernel per notebook ([4n]); each run says where its time went
-   (collect, start-up of the workers, grading, export and summary);
+   ``--workers`` and with 1 worker, twice each; each run says where its time went (collect,
+   start-up of the workers, grading, export and summary);
 5. the cohort command on every exercise of the course (``--mix`` students each), for the
    projection: 300 students x 9 exercises, on this machine and on 8 cores;
 
@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--exercise", default="04_queries_keys_values")
     ap.add_argument("--mix", type=int, default=4, help="students per exercise in [5], every exercise (0: skip)")
-    ap.add_argument("--sandbox", default="auto")
+    ap.add_argument("--unprotected", action="store_true", help="grade without bubblewrap (not protected)")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
 
@@ -105,6 +105,8 @@ def main() -> None:
 
     ensure_kernel_path()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
+    if a.unprotected:
+        os.environ["AWB_UNPROTECTED"] = "1"      # every door refuses without bubblewrap otherwise
     A, N, W = a.exercise, a.students, a.workers
     work = Path(tempfile.mkdtemp(prefix="awb-bench-"))
     print(f"bench_cohort: {N} students x {A}, {W} workers")
@@ -149,10 +151,11 @@ def main() -> None:
     # 2w. the same grading with warm kernels (awb_grader.warm: forked from a process that has
     # PyTorch imported), through nbgrader's API as the catalog tests grade; and once more with
     # new kernels through the same API, so the two differ only in how the kernel starts
+    from awb_grader.variants import TRUSTED_NEW_KERNEL
     from awb_grader.warm import warm_kernels
 
     def api_sequential(name: str, warm: bool) -> tuple[float, float]:
-        with warm_kernels() if warm else contextlib.nullcontext({}) as extra:
+        with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
             course = Course(work / name, release_dir=work / name / "release", extra=dict(extra))
             course.generate_assignment(A)
             for s, p in gradable.items():
@@ -169,12 +172,12 @@ def main() -> None:
               f"{t_api:.1f} s ({t_api / len(gradable):.2f} s/notebook, {t_api / len(gradable) / t_bare:.2f}x bare; "
               f"CPU {c_api:.1f} s{', not counting the kernels: the zygote reaps them' if warm else ''})  [{load()}]")
 
-    # 3. the same in parallel shards (no sandbox, no verdict, no feedback)
+    # 3. the same in parallel shards (sandbox and outside verdict as in [2], no feedback)
     par = Course(work / "par", release_dir=work / "par" / "release")
     par.generate_assignment(A)
     tasks = [Task(A, s, str(p)) for s, p in sorted(gradable.items())]
     t, c = time.perf_counter(), cpu()
-    grade_parallel(par, tasks, workers=W, feedback=False, verdict=False, progress=False)
+    grade_parallel(par, tasks, workers=W, feedback=False, verdict=True, progress=False)
     t_par, c_par = time.perf_counter() - t, cpu() - c
     print(f"[3] parallel shards, {W} workers, same work as [2] (+ metadata check/repair): {t_par:.1f} s "
           f"-> speedup {t_seq / t_par:.2f}x over [2]; CPU {c_par:.1f} s  [{load()}]")
@@ -182,23 +185,21 @@ def main() -> None:
           f"ideal wall time of [3] is CPU/{W} = {c_par / W:.1f} s -> expected speedup "
           f"{t_seq * (c_seq / max(t_seq, c_seq)) / (c_par / W):.2f}x (if [2] ran at one full core)")
 
-    # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): warm
-    # sandboxed kernels (the default: forked from a zygote per worker, each jailed), and once
-    # with a new sandboxed kernel and replay per notebook ([4n], AWB_SANDBOX_WARM=0: what the
-    # grader did before, and does where warm ones are not possible)
+    # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): a new
+    # bubblewrap-sandboxed kernel and replay per notebook, the outside verdict as nbgrader's own
+    # autograde step (awb_grader.protect)
     from awb_grader.cohort import run_cohort
 
-    def cohort(zip_path: Path, dest: Path, names: list[str], w: int, warm: bool):
-        os.environ["AWB_SANDBOX_WARM"] = "1" if warm else "0"
+    def cohort(zip_path: Path, dest: Path, names: list[str], w: int, warm: bool = False):
         t, c = time.perf_counter(), cpu()
-        res = run_cohort(zip_path, dest, names, workers=w, sandbox=a.sandbox, progress=False, say=lambda *x: None)
-        os.environ.pop("AWB_SANDBOX_WARM", None)
+        res = run_cohort(zip_path, dest, names, workers=w, unprotected=a.unprotected, progress=False,
+                         say=lambda *x: None)
         return res, time.perf_counter() - t, cpu() - c
 
     full: dict = {}
     phase: dict = {}            # (workers, warm) -> [(seconds of the notebooks phase, its workers' busy seconds)]
     graded_n = 0
-    order = [(W, True), (1, True), (W, False), (W, True), (1, True)] if W > 1 else [(1, True), (1, False), (1, True)]
+    order = [(W, True), (1, True), (W, True), (1, True)] if W > 1 else [(1, True), (1, True)]
     for i, (w, warm) in enumerate(order):
         res, wall, cpu_s = cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], w, warm)
         full.setdefault((w, warm), []).append(wall)
@@ -208,8 +209,7 @@ def main() -> None:
             phase.setdefault((w, warm), []).append((span[1] - span[0], busy))
         per = [r.seconds for r in res.records if r.status != "ungradable"]
         graded_n = len(per)
-        tag = "[4]" if warm else "[4n]"
-        kernels = "warm kernels" if warm else "a new kernel per notebook"
+        tag, kernels = "[4]", "a new sandboxed kernel per notebook"
         print(f"{tag} cohort command (collect, repair, sandbox={res.sandbox}, {kernels}, autograde, outside verdict, "
               f"feedback, export, summary), {w} worker(s): {wall:.1f} s for {len(per)} graded notebooks = "
               f"{wall / len(per):.2f} s per notebook of wall time = {wall / len(per) / t_bare:.2f}x bare; "
@@ -223,7 +223,7 @@ def main() -> None:
         print(f"    where the time went: {where_time_went(res)}")
     mean = {k: statistics.mean(ts) for k, ts in full.items()}
     if W > 1:
-        print(f"    cohort command speedup, {W} workers vs 1, warm kernels (mean of two runs each, "
+        print(f"    cohort command speedup, {W} workers vs 1 (mean of two runs each, "
               f"{', '.join(f'{x:.1f}' for x in full[(1, True)])} s vs {', '.join(f'{x:.1f}' for x in full[(W, True)])} s): "
               f"{mean[(1, True)] / mean[(W, True)]:.2f}x end to end for {graded_n} notebooks")
         if (1, True) in phase and (W, True) in phase:
@@ -240,8 +240,6 @@ def main() -> None:
                   f"workers' start-up, export, summary) {f1:.1f} s with 1 worker, {fw:.1f} s with {W}; with every "
                   f"worker busy a notebook costs {c1:.2f} s vs {cw:.2f} s of wall time, so for 300 students of this "
                   f"exercise that makes {(f1 + c1 * n300) / (fw + cw * n300):.2f}x")
-    print(f"    warm kernels vs a new kernel per notebook, {W} worker(s): "
-          f"{mean[(W, False)] / mean[(W, True)]:.2f}x faster")
 
     # 5. every exercise of the course: the mix the projection needs (08 trains a model, 00 is light)
     mix = None

@@ -105,6 +105,33 @@ def _config(kernel: str):
     return c
 
 
+def test_each_exercise_provides_only_what_its_import_cell_and_checks_use():
+    from awb_grader.provided import provided_modules
+
+    p04, p06, p08 = (provided_modules(a) for a in ("04_queries_keys_values", "06_transformer_block", "08_train_a_gpt"))
+    assert {"attention_workbook.checks.ex04", "attention_workbook.checks.battery.ex04"} <= p04
+    assert not {"attention_workbook.qkv", "attention_workbook.mha", "attention_workbook.gpt"} & p04
+    assert "attention_workbook.mha" in p06          # its import cell loads 05's MultiHeadAttention
+    assert "attention_workbook.gpt" in p08 and "attention_workbook.qkv" not in p08
+
+
+@pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch):
+    """A reference the exercise does not provide is not there: delegating to it fails to import."""
+    monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap")
+    cwd = tmp_path / "ada" / "04_queries_keys_values"
+    cwd.mkdir(parents=True)
+    probe = ("import importlib\nfor m in ('attention_workbook.checks.ex04', 'awb_grader.hidden.ex04', "
+             "'attention_workbook.qkv', 'attention_workbook.mha'):\n"
+             "    try:\n        importlib.import_module(m); print('ok', m)\n"
+             "    except ImportError:\n        print('missing', m)\n")
+    env = {**os.environ, "PYTHONPATH": f"{AUTOGRADER}{os.pathsep}{REPO}"}
+    out = subprocess.run(sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env),
+                         capture_output=True, text=True, timeout=120).stdout.split("\n")
+    assert out[:4] == ["ok attention_workbook.checks.ex04", "ok awb_grader.hidden.ex04",
+                       "missing attention_workbook.qkv", "missing attention_workbook.mha"], out
+
+
 PRODUCT = sorted((REPO / "autograder" / "awb_grader").rglob("*.py"))      # the grading core
 FORBIDDEN = {
     "namespace, mount or capability code of our own": re.compile(r"\bctypes\b|CLONE_NEW|\bprctl\b|\bunshare\("),

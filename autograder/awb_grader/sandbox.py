@@ -200,12 +200,18 @@ def limits_of(env: dict | None = None) -> dict:
             "uid": int(env.get("AWB_SANDBOX_UID", "60000"))}
 
 
-def _readonly(*more: Path) -> list[Path]:
-    """What sandboxed code may read besides the system: Python, the workbook's package, the
+def _readonly(cwd: str | None = None) -> list[Path]:
+    """What sandboxed code may read besides the system: Python, what the exercise graded in
+    ``cwd`` provides of the workbook's package (``provided.py``: its import cell's modules, its
+    checks, and what they import; the whole package where the exercise is not known), the
     hidden checks and the replay (never solutions/, the gradebook or other students' files)."""
-    ro = [Path(sys.prefix), Path(sys.base_prefix), REPO / "attention_workbook",
+    from .provided import assignment_of, provided_files
+
+    assignment = assignment_of(cwd) if cwd else None
+    package = provided_files(assignment) if assignment else [REPO / "attention_workbook"]
+    ro = [Path(sys.prefix), Path(sys.base_prefix), *package,
           AUTOGRADER / "awb_grader" / "__init__.py", AUTOGRADER / "awb_grader" / "hidden",
-          AUTOGRADER / "awb_grader" / "replay.py", *more]
+          AUTOGRADER / "awb_grader" / "replay.py"]
     return [p for p in ro if p.exists() and not str(p).startswith("/usr")]
 
 
@@ -243,7 +249,7 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     if mode != "bwrap":
         return ["timeout", "-s", "KILL", str(lim["life_s"]), *inner]
 
-    cmd = ["timeout", "-s", "KILL", str(lim["life_s"]), *_bwrap(cwd, _readonly(), [Path(cwd), *map(Path, rw)])]
+    cmd = ["timeout", "-s", "KILL", str(lim["life_s"]), *_bwrap(cwd, _readonly(cwd), [Path(cwd), *map(Path, rw)])]
     if os.geteuid() == 0:
         # bwrap as root (it needs root to bind /root/...); the kernel then drops to an
         # unprivileged uid with no capabilities, so that the process limit is enforced

@@ -170,8 +170,11 @@ class Replay:
             cmd = sandbox.sandbox_command(program, str(cwd), env=env)
         else:
             cmd = program
+        import tempfile
+
+        self._stderr = tempfile.TemporaryFile()      # its last line says why, if it ends early
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env)
+                                     stderr=self._stderr, env=env)
         self._send_raw(json.dumps(cells).encode())
         self.timeout = max(3 * timeout, 60)      # start-up runs every code cell once
         ready = self._recv()
@@ -198,7 +201,7 @@ class Replay:
                     raise TimeoutError(f"no answer within {self.timeout:g} s")
                 chunk = os.read(self.proc.stdout.fileno(), n - len(buf))
                 if not chunk:
-                    raise EOFError("the student's process ended")
+                    raise EOFError(f"the student's process ended{self._last_words()}")
                 buf += chunk
             return buf
 
@@ -311,10 +314,20 @@ class Replay:
                 out[name] = A.RemoteClass(self, name)
         return out
 
+    def _last_words(self) -> str:
+        """The last line the replay process wrote on stderr (': ModuleNotFoundError: ...'), if any."""
+        try:
+            self._stderr.seek(0)
+            lines = [ln.strip() for ln in self._stderr.read()[-4000:].decode(errors="replace").splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        return f": {lines[-1][:160]}" if lines else ""
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        self._stderr.close()
 
 
 def _error(ans: dict) -> BaseException:
