@@ -8,13 +8,13 @@ Gradescope test: honest, a catalogued mistake, a delegation, encoded tampering, 
 """
 
 import json
+import os
 import shutil
-import sys
 
 import pytest
 
 from awb_grader import harness, prairielearn, sandbox
-from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, uploads
+from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
 
 PL_TIMEOUT_S = 600
 
@@ -60,7 +60,8 @@ def graded(tmp_path_factory):
         (grade / "student").mkdir()
         (grade / "student" / f"{A}.ipynb").write_bytes(data)
         run = harness.contained(["/grade/serverFilesCourse/awb/run_prairielearn"], {"/grade": grade},
-                                env={"AWB_PYTHON": sys.executable}, timeout=PL_TIMEOUT_S)
+                                env={"AWB_PYTHON": os.path.join(VENV, "bin", "python")}, timeout=PL_TIMEOUT_S,
+                                keep=[VENV])
         p = grade / "results" / "results.json"
         out[name] = (json.loads(p.read_text()) if p.exists() else None, run)
     print("\nPrairieLearn harness, per submission:")
@@ -71,7 +72,7 @@ def graded(tmp_path_factory):
 
 @needs_bwrap
 @pytest.mark.slow
-@pytest.mark.xdist_group("platforms")
+@pytest.mark.xdist_group("cohort")
 class TestGrader:
     def test_every_run_wrote_results(self, graded):
         for name, (res, run) in graded.items():

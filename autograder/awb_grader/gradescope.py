@@ -72,7 +72,7 @@ VISIBILITIES = ("after_published", "hidden", "after_due_date", "visible")
 
 
 def build(exercise: str, dest: Path | None = None, visibility: str = "after_published", seed_salt: str | None = None,
-          timeout: int = 60, memory_mb: int | None = None) -> Path:
+          timeout: int = 60, memory_mb: int | None = None, unprotected: bool = False) -> Path:
     """Write the autograder zip of ``exercise``; returns its path."""
     from .course import REPO
 
@@ -84,7 +84,7 @@ def build(exercise: str, dest: Path | None = None, visibility: str = "after_publ
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp)
         harness.bundle(a, src, {"platform": "gradescope", "visibility": visibility, "timeout": timeout,
-                                "memory_mb": memory_mb}, seed_salt)
+                                "memory_mb": memory_mb, "unprotected": unprotected}, seed_salt)
         (src / "setup.sh").write_text(SETUP_SH)
         (src / "run_autograder").write_text(RUN_AUTOGRADER)
         tmpzip = dest.with_suffix(".zip.tmp")
@@ -120,7 +120,8 @@ def run(base: Path = Path("/autograder")) -> int:
     a = settings["assignment"]
     upload = harness.find_upload(base / "submission", a)
     out = harness.grade_upload(upload, a, base / "course", src / "exercises" / a / f"{a}.ipynb",
-                               timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"))
+                               timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"),
+                               unprotected=bool(settings.get("unprotected")))
     res = results_json(out, settings.get("visibility", "after_published"))
     (base / "results").mkdir(parents=True, exist_ok=True)
     tmp = base / "results" / "results.json.tmp"
@@ -147,6 +148,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="derive new grading seeds (every rng(N) of the hidden checks) from this secret")
     p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
     p.add_argument("--memory-mb", type=int, default=None, help="memory limit of the student's kernel")
+    p.add_argument("--unprotected", action="store_true",
+                   help="grade even where bubblewrap cannot run in the platform's container (resource limits "
+                        "only: student code could then forge its own result); default: such a run reports a "
+                        "grader error instead")
 
 
 def main(argv=None) -> int:
@@ -158,7 +163,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m awb_grader gradescope")
     add_arguments(ap)
     a = ap.parse_args(argv)
-    z = build(a.exercise, a.out, a.visibility, a.seeds, a.timeout, a.memory_mb)
+    z = build(a.exercise, a.out, a.visibility, a.seeds, a.timeout, a.memory_mb, a.unprotected)
     print(f"wrote {z}: upload it as the assignment's autograder (Gradescope: Configure Autograder > Zip file)")
     return 0
 

@@ -205,33 +205,41 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
     return (prefix + text)[:2000], False
 
 
+def nothing_to_protect() -> bool:
+    """For a cohort run that grades nothing (building the course, exporting after a merge): let
+    it run without bubblewrap only where bubblewrap cannot run, so that its summary says so only
+    then."""
+    from . import sandbox
+
+    works = getattr(sandbox, "bwrap_works", None)
+    return not (works and works())
+
+
 def _cohort_kwargs(**kw):
-    """Keyword arguments for run_cohort, dropping what this version of it does not take, and
-    allowing the resource-limits fallback where it asks (the platform's container is the
-    submission's own, discarded after it)."""
+    """Keyword arguments for run_cohort, dropping what this version of it does not take."""
     from .cohort import run_cohort
 
     params = inspect.signature(run_cohort).parameters
-    if "unprotected" in params and "unprotected" not in kw:
-        kw["unprotected"] = os.environ.get("AWB_REQUIRE_SANDBOX", "0") != "1"
     return {k: v for k, v in kw.items() if k in params}
 
 
-def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
+def prepare(assignment: str, root: Path, timeout: int = 60, unprotected: bool = False, say=print) -> None:
     """Build the course (nbgrader generate_assignment) once, at setup: a cohort run over no
     submissions."""
     from .cohort import run_cohort
 
     empty = Path(root).parent / "awb-empty"
     empty.mkdir(parents=True, exist_ok=True)
+    # nothing is graded here: no student code runs, so no sandbox is needed yet
     run_cohort(empty, root, **_cohort_kwargs(exercises=[assignment], workers=1, timeout=timeout, feedback=False,
-                                             progress=False, say=say))
+                                             progress=False, say=say, unprotected=nothing_to_protect()))
 
 
 def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: Path, timeout: int = 60,
-                 memory_mb: int | None = None, sandbox: str = "auto") -> Outcome:
+                 memory_mb: int | None = None, unprotected: bool = False) -> Outcome:
     """Grade one uploaded file with the cohort command and read back every graded cell.
-    Never raises: a failure of the grader itself is an Outcome with status ``error``."""
+    Never raises: a failure of the grader itself (bubblewrap cannot run here and the build did
+    not say ``--unprotected``, say) is an Outcome with status ``error``."""
     t0 = time.perf_counter()
     cells = release_cells(release_nb)
     max_total = sum(p for _, p in cells)
@@ -251,7 +259,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
         from .cohort import run_cohort
 
-        kw = dict(exercises=[assignment], workers=1, timeout=timeout, sandbox=sandbox, feedback=False,
+        kw = dict(exercises=[assignment], workers=1, timeout=timeout, unprotected=unprotected, feedback=False,
                   progress=False, say=say, regrade=True)
         if memory_mb:
             kw["memory_mb"] = memory_mb
@@ -333,10 +341,10 @@ def _cgroup(controller: str, name: str) -> Path | None:
 
 
 def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, memory_mb: int | None = None,
-              cpus: float | None = None, timeout: float = 900) -> dict:
+              cpus: float | None = None, timeout: float = 900, keep=()) -> dict:
     """Run ``argv`` as root in a bubblewrap container built like a grading platform's: the
     host's system read-only, each ``binds`` target (``/autograder``, ``/grade``) a writable host
-    folder, a private ``/tmp``. Where this machine lets us make cgroups (v1), the run gets
+    folder, a private ``/tmp`` (``keep``: host folders under /tmp bound read-only). Where this machine lets us make cgroups (v1), the run gets
     ``memory_mb`` of memory and ``cpus`` CPUs, as the platform's container would.
 
     Returns {rc, seconds, stdout, peak_pss_mb (sampled every 0.2 s over the whole process tree,
@@ -357,6 +365,8 @@ def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, 
             args += ["--symlink", os.readlink(entry), str(entry)]
         elif entry.is_dir():
             args += ["--ro-bind", str(entry), str(entry)]
+    for path in keep:
+        args += ["--ro-bind", str(path), str(path)]
     for target, host in binds.items():
         args += ["--bind", str(host), target]
     name = f"awb-rehearsal-{uuid.uuid4().hex[:8]}"

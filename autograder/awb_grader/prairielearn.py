@@ -62,7 +62,7 @@ QUESTION_HTML = """<pl-question-panel>
 
 def build(exercise: str, out: Path | None = None, image: str = "YOUR_DOCKERHUB_USER/awb-grader",
           seed_salt: str | None = None, timeout: int = 60, memory_mb: int | None = None,
-          job_timeout: int = 600) -> Path:
+          job_timeout: int = 600, unprotected: bool = False) -> Path:
     from .course import REPO, assignments
 
     a = harness.resolve(exercise)
@@ -79,7 +79,8 @@ def build(exercise: str, out: Path | None = None, image: str = "YOUR_DOCKERHUB_U
     q = out / "questions" / "awb" / a
     (q / "tests").mkdir(parents=True, exist_ok=True)
     (q / "tests" / "harness.json").write_text(json.dumps(
-        {"assignment": a, "platform": "prairielearn", "timeout": timeout, "memory_mb": memory_mb}, indent=1) + "\n")
+        {"assignment": a, "platform": "prairielearn", "timeout": timeout, "memory_mb": memory_mb,
+         "unprotected": unprotected}, indent=1) + "\n")
     import uuid
 
     info = {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"attention-workbook/{a}")),
@@ -114,7 +115,8 @@ def run(base: Path = Path("/grade")) -> int:
     upload = harness.find_upload(base / "student", a)
     work = base / "awb-work"
     out = harness.grade_upload(upload, a, work / "course", core / "exercises" / a / f"{a}.ipynb",
-                               timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"))
+                               timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"),
+                               unprotected=bool(settings.get("unprotected")))
     (base / "results").mkdir(parents=True, exist_ok=True)
     tmp = base / "results" / "results.json.tmp"
     tmp.write_text(json.dumps(results_json(out), indent=1))
@@ -131,6 +133,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="derive new grading seeds (every rng(N) of the hidden checks) from this secret")
     p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
     p.add_argument("--memory-mb", type=int, default=None, help="memory limit of the student's kernel")
+    p.add_argument("--unprotected", action="store_true",
+                   help="grade even where bubblewrap cannot run in the platform's container (resource limits "
+                        "only: student code could then forge its own result); default: such a run reports a "
+                        "grader error instead")
 
 
 def main(argv=None) -> int:
@@ -140,7 +146,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m awb_grader prairielearn")
     add_arguments(ap)
     a = ap.parse_args(argv)
-    q = build(a.exercise, a.out, a.image, a.seeds, a.timeout, a.memory_mb)
+    q = build(a.exercise, a.out, a.image, a.seeds, a.timeout, a.memory_mb, unprotected=a.unprotected)
     print(f"wrote {q} and {q.parents[2] / 'serverFilesCourse' / 'awb'}: copy both into your PrairieLearn course "
           f"(and build the image in {q.parents[2] / 'graders' / 'awb'})")
     return 0

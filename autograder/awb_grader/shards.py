@@ -147,12 +147,12 @@ def _cohort_over_nothing(course: Path, names: list[str], say=_quiet):
     """The cohort command over an empty folder: builds the course (generate_assignment) where
     needed, and exports grades.csv, flags.csv and the summary from the gradebook and state."""
     from .cohort import run_cohort
-    from .harness import _cohort_kwargs
+    from .harness import _cohort_kwargs, nothing_to_protect
 
     empty = course / "cluster" / "empty"
     empty.mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, course, **_cohort_kwargs(exercises=names, workers=1, feedback=False, progress=False,
-                                                      say=say))
+                                                      say=say, unprotected=nothing_to_protect()))
 
 
 def merge(course: Path, roots: list[Path], say=print) -> str:
