@@ -114,8 +114,13 @@ def test_mistakes_are_named_by_their_hints():
     # a hint that is part of a longer one of the same answer cell ("dim=" in "softmax over dim="): the longer wins
     assert _ex04_named({"test_softmax_values": "your output equals a softmax over dim=0: reduce with `dim=dim`",
                         "test_softmax_dim": "your output equals a softmax over dim=0"}) == [["softmax_wrong_axis"]]
-    # one message that both hints are in: the table cannot tell them apart and says "A or B"
+    # the stability check's two messages each name their own mistake ...
+    from attention_workbook.checks.ex04 import GLOBAL_MAX
     assert _ex04_named({"test_softmax_stability": "exp(10000) overflows: subtract the maximum of each row first"}) == [
+        ["softmax_no_max_subtraction"]]
+    assert _ex04_named({"test_softmax_stability": GLOBAL_MAX}) == [["softmax_global_max"]]
+    # ... and one message that both hints are in cannot tell them apart: the table says "A or B"
+    assert _ex04_named({"test_softmax_stability": "subtract the maximum of the whole tensor"}) == [
         ["softmax_global_max", "softmax_no_max_subtraction"]]
     # failures that no hint explains (an unanswered function) name nothing
     assert _ex04_named({c: "NotImplementedError: " for c in ("test_sdpa_values", "test_sdpa_causal",

@@ -28,8 +28,9 @@ NO_BUILTIN = "write softmax from exp, max and sum yourself: torch.softmax / F.so
 # softmax
 # ----------------------------------------------------------------------------------------
 def _student_softmax(softmax, x, dim=-1):
+    """softmax(x, dim=dim); dim=None calls softmax(x) (the default, dim=-1, is part of the contract)."""
     with forbid(softmax_builtins(), NO_BUILTIN):
-        out = call(softmax, x, dim=dim, name="softmax", reread=SEC_SOFTMAX)
+        out = call(softmax, x, **({} if dim is None else {"dim": dim}), name="softmax", reread=SEC_SOFTMAX)
     return expect_tensor(out, "softmax", reread=SEC_SOFTMAX)
 
 
@@ -55,12 +56,14 @@ def diagnose_softmax(out: torch.Tensor, x: torch.Tensor, dim: int) -> str | None
 def softmax_values(softmax) -> None:
     """Rows sum to 1 along the last axis and match the definition exp(x_i) / sum_j exp(x_j)."""
     x = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [-1.0, 0.5, 4.0]])
-    out = _student_softmax(softmax, x)
+    out = _student_softmax(softmax, x, dim=None)            # softmax(x): the default dim is -1
     expect_shape(out, x.shape, "softmax(x)", hint="softmax never changes the shape: keepdim=True on the reductions",
                  reread=SEC_SOFTMAX, inputs="x of shape (3, 3)")
     sums = out.sum(-1)
     if not close(sums, torch.ones(3)):
         hint = diagnose_softmax(out, x, -1) or "each row (the last axis) must sum to 1: is your softmax over dim=-1?"
+        if hint and "dim=" in hint and close(_student_softmax(softmax, x, dim=-1), torch.softmax(x, -1)):
+            hint = "softmax(x) without a dim must work over the last axis: give dim the default -1 (dim: int = -1)"
         raise CheckFailed("softmax(x) rows don't sum to 1 along the last axis", hint=hint, reread=SEC_SOFTMAX,
                           details=[f"row sums: {[round(v, 4) for v in sums.tolist()]}"])
     expect_close(out, torch.softmax(x, -1), "softmax(x)", hint=diagnose_softmax(out, x, -1),

@@ -379,8 +379,11 @@ def last_weights(m) -> torch.Tensor | None:
     return w.detach() if isinstance(w, torch.Tensor) else None
 
 
+DEFAULT_BIAS = "bias=True is the default: without a bias argument, W_qkv and W_o have biases (bias: bool = True)"
+
+
 def mha_init(MultiHeadAttention) -> None:
-    """Attributes W_qkv (3D x D) and W_o (D x D), with or without biases."""
+    """Attributes W_qkv (3D x D) and W_o (D x D), with or without biases (with them by default)."""
     for bias in (True, False):
         m = _build(MultiHeadAttention, 12, 3, bias=bias)
         if tuple(m.W_qkv.weight.shape) != (36, 12):
@@ -401,7 +404,11 @@ def mha_init(MultiHeadAttention) -> None:
             raise CheckFailed(f"MultiHeadAttention(12, 3, bias={bias}) has {n} parameters, expected {want}",
                               hint="only W_qkv and W_o: 4 D^2 weights (+ 4 D biases); no per-head copies",
                               reread=SEC_COUNT)
-    passed("MultiHeadAttention: W_qkv (3D x D) and W_o (D x D), biases as asked")
+    m = call(MultiHeadAttention, 12, 3, name="MultiHeadAttention(12, 3)", reread=SEC_EFFICIENCY)
+    if getattr(getattr(m, "W_qkv", None), "bias", None) is None or getattr(getattr(m, "W_o", None), "bias", None) is None:
+        raise CheckFailed("MultiHeadAttention(12, 3), built without a bias argument, has no biases",
+                          hint=DEFAULT_BIAS, reread=SEC_EFFICIENCY)
+    passed("MultiHeadAttention: W_qkv (3D x D) and W_o (D x D), biases as asked (and by default)")
 
 
 def mha_self(MultiHeadAttention) -> None:
@@ -521,7 +528,12 @@ def mha_param_count(mha_param_count) -> None:
                     hint = "that is W_qkv alone: W_o is D x D and counts too"
                 raise CheckFailed(f"mha_param_count({D}, bias={bias}) = {n!r}, expected {want}", reread=SEC_COUNT,
                                   hint=hint or "W_qkv is 3D x D, W_o is D x D: 4 D^2 weights, plus 3D + D biases")
-    passed("mha_param_count: 4 D^2 (+ 4 D biases)")
+    n = expect_int(call(mha_param_count, 64, name="mha_param_count", reread=SEC_COUNT), "mha_param_count(64)",
+                   reread=SEC_COUNT)
+    if n != 4 * 64 * 64 + 4 * 64:
+        raise CheckFailed(f"mha_param_count(64) = {n!r}, expected {4 * 64 * 64 + 4 * 64} (biases included)",
+                          reread=SEC_COUNT, hint=DEFAULT_BIAS)
+    passed("mha_param_count: 4 D^2 (+ 4 D biases; bias=True by default)")
 
 
 NO_BIAS = ("with bias=False, W_qkv.bias and W_o.bias are None: every step of forward must work without "

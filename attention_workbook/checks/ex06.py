@@ -272,8 +272,44 @@ def feedforward_structure(FeedForward) -> None:
         raise CheckFailed("FeedForward(8, 20, dropout=0.3) has no nn.Dropout(0.3)",
                           hint="end the network with nn.Dropout(dropout)", reread=SEC_FFN)
     ffn_dropout_placement(FeedForward, 8, 20, torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(4)))
+    ff = _make(FeedForward, 8, 20, name="FeedForward", reread=SEC_FFN)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        a = expect_tensor(call(ff.train(), x, name="FeedForward.forward", reread=SEC_FFN), "FeedForward.forward")
+        b = expect_tensor(call(ff.eval(), x, name="FeedForward.forward", reread=SEC_FFN), "FeedForward.forward")
+    if not close(a, b):
+        raise CheckFailed("FeedForward(8, 20), built without a dropout argument, drops values in train mode",
+                          hint=DEFAULT_DROPOUT, reread=SEC_FFN)
     passed("FeedForward: Linear 8 -> 20, Linear 20 -> 8 with biases, Dropout(p) on the output (or after the ReLU), "
            "shape (B, T, D) kept")
+
+
+DEFAULT_DROPOUT = "dropout=0.0 is the default: without a dropout argument nothing is dropped, in train mode too"
+DEFAULT_PRE_LN = "pre_ln=True is the default: TransformerBlock(d_model, n_heads, d_ff) is a pre-LN block (GPT's)"
+
+
+def block_defaults(cls, D=16, H=2, d_ff=32, seed=8, reread=SEC_BLOCK) -> None:
+    """TransformerBlock(d_model, n_heads, d_ff) is pre-LN without dropout: in train mode it equals
+    the block built with pre_ln=True, dropout=0.0 and the same weights, in eval mode."""
+    torch.manual_seed(seed)
+    default = _block(cls, D, H, d_ff, reread=reread)
+    randomize_(default, seed)
+    explicit = _block(cls, D, H, d_ff, dropout=0.0, pre_ln=True, reread=reread)
+    try:
+        explicit.load_state_dict(default.state_dict())
+    except RuntimeError:     # a block whose structure depends on the arguments: compare what can be compared
+        return
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        out = expect_tensor(call(default.train(), x, name="TransformerBlock.forward", reread=reread), "TransformerBlock")
+        want = expect_tensor(call(explicit.eval(), x, name="TransformerBlock.forward", reread=reread), "TransformerBlock")
+        if close(out, want):
+            return
+        post = _block(cls, D, H, d_ff, dropout=0.0, pre_ln=False, reread=reread)
+        post.load_state_dict(default.state_dict())
+        as_post = close(out, call(post.eval(), x, name="TransformerBlock.forward", reread=reread))
+    raise CheckFailed(f"TransformerBlock({D}, {H}, {d_ff}), built without pre_ln and dropout arguments, is not a "
+                      "pre-LN block without dropout", hint=DEFAULT_PRE_LN if as_post else DEFAULT_DROPOUT, reread=reread)
 
 
 FFN_DROPOUT = ("the dropout goes on the network's output, after the second linear layer (the Annotated "
@@ -513,6 +549,7 @@ def block_pre_ln(TransformerBlock) -> None:
     mode the dropout sits on the attention's output, before the residual add."""
     _check_block(TransformerBlock, True)
     block_dropout_placement(TransformerBlock, True, seed=6)
+    block_defaults(TransformerBlock)
     passed("TransformerBlock(pre_ln=True): x = x + drop(attn(ln1(x))); x = x + ff(ln2(x))")
 
 
@@ -623,7 +660,13 @@ def block_param_count(block_param_count) -> None:
                     "attention 4 D^2 (+ 4 D biases), feed-forward 2 D d_ff (+ d_ff + D), two LayerNorms 2 D each")
             raise CheckFailed(f"block_param_count({D}, {d_ff}, bias={bias}) = {got:,}, expected {want:,}",
                               hint=hint, reread=SEC_PARAMS)
-    passed("block_param_count: matches sum(p.numel()) with and without biases")
+    got = expect_int(call(block_param_count, 64, 256, name="block_param_count", reread=SEC_PARAMS),
+                     "block_param_count(64, 256)", reread=SEC_PARAMS)
+    if got != param_count_reference(64, 256, True):
+        raise CheckFailed(f"block_param_count(64, 256) = {got:,}, expected {param_count_reference(64, 256, True):,}",
+                          hint="bias=True is the default: without a bias argument the linear layers' biases count",
+                          reread=SEC_PARAMS)
+    passed("block_param_count: matches sum(p.numel()) with and without biases (with them by default)")
 
 
 # ----------------------------------------------------------------------------------------

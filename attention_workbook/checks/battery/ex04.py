@@ -24,8 +24,8 @@ def _shape(g, lo=1, hi=4):
 
 
 def _softmax(softmax, x, dim):
-    with forbid(softmax_builtins(), visible.NO_BUILTIN):
-        return tensor(call(softmax, x, dim=dim, name="softmax"), "softmax")
+    with forbid(softmax_builtins(), visible.NO_BUILTIN):       # dim=None: softmax(x), the default dim=-1
+        return tensor(call(softmax, x, **({} if dim is None else {"dim": dim}), name="softmax"), "softmax")
 
 
 def _softmax_expect(out, x, dim, case, **tol):
@@ -43,7 +43,8 @@ def softmax_values(softmax, g) -> None:
     for case in range(6):
         shape = _shape(g)
         x = torch.randn(shape, generator=g) * (0.5 + 3 * case)
-        _softmax_expect(_softmax(softmax, x, -1), x, -1, f"x {shape}, dim=-1")
+        _softmax_expect(_softmax(softmax, x, None if case % 2 else -1), x, -1,
+                        f"x {shape}, dim=-1" + (" (the default)" if case % 2 else ""))
 
 
 def softmax_dim(softmax, g) -> None:

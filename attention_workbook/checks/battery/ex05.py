@@ -68,6 +68,10 @@ def mha_init(MultiHeadAttention, g) -> None:
                 raise CheckFailed("MultiHeadAttention has the wrong number of parameters", reread=visible.SEC_COUNT,
                                   details=[f"case: D={D}, H={H}, bias={bias}: {n}, expected {want} "
                                            "(nn.MultiheadAttention's count)"])
+        m = call(MultiHeadAttention, D, H, name="MultiHeadAttention")           # bias=True is the default
+        if getattr(getattr(m, "W_qkv", None), "bias", None) is None or getattr(getattr(m, "W_o", None), "bias", None) is None:
+            raise CheckFailed(f"MultiHeadAttention({D}, {H}) without a bias argument has no biases",
+                              hint=visible.DEFAULT_BIAS, reread=visible.SEC_EFFICIENCY)
 
 
 def _case(MultiHeadAttention, g, *, cross=False, mask_kind=None, bias=True, check_weights=False, same_length=False):
@@ -143,6 +147,11 @@ def mha_param_count(mha_param_count, g) -> None:
         if n != want:
             raise CheckFailed("mha_param_count is wrong", reread=visible.SEC_COUNT,
                               details=[f"case: d_model={D}, bias={bias}: {got!r}, expected {want}"])
+    D = _sizes(g)[2]
+    got = call(mha_param_count, D, name="mha_param_count")
+    if as_int(got) != 4 * D * D + 4 * D:
+        raise CheckFailed(f"mha_param_count({D}) = {got!r}, expected {4 * D * D + 4 * D} (biases by default)",
+                          hint=visible.DEFAULT_BIAS, reread=visible.SEC_COUNT)
 
 
 def from_torch(from_torch, MultiHeadAttention=None, g=None) -> None:

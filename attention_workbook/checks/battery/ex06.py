@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ex06 as visible
-from ._util import CheckFailed, as_int, call, expect, first_match, guard, randint
+from ._util import CheckFailed, as_int, call, close, expect, first_match, guard, randint
 
 
 def _pe(T, d):
@@ -118,6 +118,12 @@ def feedforward_structure(FeedForward, g) -> None:
         if p and not any(isinstance(m, nn.Dropout) and abs(m.p - p) < 1e-12 for m in ff.modules()):
             raise CheckFailed(f"FeedForward(..., dropout={p}) has no nn.Dropout({p})", reread=visible.SEC_FFN)
         visible.ffn_dropout_placement(FeedForward, D, d_ff, torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g))
+        ff = visible._make(FeedForward, D, d_ff, name="FeedForward", reread=visible.SEC_FFN)
+        x = torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g)
+        with torch.no_grad():
+            if not close(call(ff.train(), x, name="FeedForward.forward"), call(ff.eval(), x, name="FeedForward.forward")):
+                raise CheckFailed(f"FeedForward({D}, {d_ff}) without a dropout argument drops values in train mode",
+                                  hint=visible.DEFAULT_DROPOUT, reread=visible.SEC_FFN)
 
 
 def feedforward_values(FeedForward, g) -> None:
@@ -193,6 +199,9 @@ def _dropout(cls, pre_ln, g):
 def block_pre_ln(TransformerBlock, g) -> None:
     _block_vs_torch(TransformerBlock, True, g, with_mask=False)
     _dropout(TransformerBlock, True, g)
+    H = randint(g, 1, 4)
+    visible.block_defaults(TransformerBlock, D=H * randint(g, 2, 8), H=H, d_ff=randint(g, 4, 48),
+                           seed=randint(g, 10_000, 10_000_000))
 
 
 def block_post_ln(TransformerBlock, g) -> None:
@@ -218,6 +227,12 @@ def block_param_count(block_param_count, g) -> None:
             named = next((k for k, v in visible.param_wrong_variants(D, d_ff, bias).items() if v == as_int(got)), None)
             raise CheckFailed(f"block_param_count({D}, {d_ff}, bias={bias}) = {got!r}, expected {want}",
                               hint=f"your count matches {named}" if named else None, reread=visible.SEC_PARAMS)
+    D, d_ff = randint(g, 1, 300), randint(g, 1, 900)
+    got = call(block_param_count, D, d_ff, name="block_param_count", reread=visible.SEC_PARAMS)
+    if as_int(got) != visible.param_count_reference(D, d_ff, True):
+        raise CheckFailed(f"block_param_count({D}, {d_ff}) = {got!r}, expected {visible.param_count_reference(D, d_ff, True)}",
+                          hint="bias=True is the default: without a bias argument the linear layers' biases count",
+                          reread=visible.SEC_PARAMS)
 
 
 def _loader(fn, norm_first, g):

@@ -35,6 +35,12 @@ MISTAKES = [
 ''',
         must_fail=("test_softmax_dim",), hint="dim=", visible=True),
     Mistake(
+        id="softmax_default_dim_0", cell="softmax", label="softmax's default dim is 0",
+        description="softmax(x, dim=0): right whenever dim is passed, wrong for softmax(x) (a surviving mutant "
+                    "of the solution until the checks called softmax without dim)",
+        source=edit(A, "softmax", ("dim: int = -1", "dim: int = 0")),
+        must_fail=("test_softmax_values",), hint="default -1"),
+    Mistake(
         id="softmax_global_max", cell="softmax", label="softmax with the global max",
         description="subtracts the global maximum instead of each row's: rows far below it underflow to 0/0",
         source='''def softmax(x, dim=-1):

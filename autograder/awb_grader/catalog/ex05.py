@@ -239,6 +239,18 @@ MISTAKES = [
         source=edit(A, "MultiHeadAttention", ("if kv is None:                                         # self-attention",
                                               "if kv is None or kv.shape == x.shape:                  # self-attention")),
         must_fail=("test_mha_cross",), hint="keys and values from x", label="kv of x's shape taken as x"),
+    # -- surviving mutants of the solution (tools/mutation.py), closed by new checks -----------------
+    Mistake(
+        id="mha_default_no_bias", cell="MultiHeadAttention",
+        description="bias=False as the default: right whenever bias is passed, but MultiHeadAttention(d_model, "
+                    "n_heads) (as exercises 06-08 build it) has no biases",
+        source=edit(A, "MultiHeadAttention", ("n_heads: int, bias: bool = True)", "n_heads: int, bias: bool = False)")),
+        must_fail=("test_mha_init",), hint="bias=True is the default", label="no biases by default"),
+    Mistake(
+        id="param_count_default_no_bias", cell="mha_param_count",
+        description="bias=False as the count's default: mha_param_count(d_model) leaves out the biases",
+        source=edit(A, "mha_param_count", ("bias: bool = True", "bias: bool = False")),
+        must_fail=("test_mha_param_count",), hint="bias=True is the default", label="count without biases by default"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
         id="forward_needs_bias", cell="MultiHeadAttention",
@@ -254,7 +266,7 @@ MISTAKES = [
         src = x if kv is None else kv
         q = F.linear(x, W[:D], b[:D])                                  # (B, T, D)
         k, v = F.linear(src, W[D:], b[D:]).split(D, dim=-1)            # 2 x (B, S, D)""")),
-        must_fail=("test_mha_self", "test_from_torch"), hint="bias=False", visible=True),
+        must_fail=("test_mha_self", "test_mha_cross", "test_from_torch"), hint="bias=False", visible=True),
     Mistake(
         id="param_count_math_pow", cell="mha_param_count",
         description="counts with math.pow, which returns a float: the right number, but not an integer",

@@ -482,6 +482,30 @@ MISTAKES = [
                                        "self.net = nn.Sequential(nn.Dropout(dropout), nn.Linear(d_model, d_ff)"),
                     (",\n                                 nn.Dropout(dropout))", ")")),
         must_fail=("test_feedforward_structure",), hint="never on its input", label="FFN dropout on its input"),
+    # -- surviving mutants of the solution (tools/mutation.py): the defaults the text gives ---------
+    Mistake(
+        id="ff_default_dropout_1", cell="FeedForward",
+        description="dropout=1.0 as the default: right whenever dropout is passed, everything dropped in training "
+                    "otherwise",
+        source=edit(A, "FeedForward", ("d_ff: int, dropout: float = 0.0)", "d_ff: int, dropout: float = 1.0)")),
+        must_fail=("test_feedforward_structure",), hint="dropout=0.0 is the default", label="FFN drops all by default"),
+    Mistake(
+        id="block_default_post_ln", cell="TransformerBlock",
+        description="pre_ln=False as the default: right whenever pre_ln is passed, but TransformerBlock(d_model, "
+                    "n_heads, d_ff) (as exercise 08 builds GPT's blocks) is post-LN",
+        source=edit(A, "TransformerBlock", ("dropout: float = 0.0, pre_ln: bool = True)",
+                                            "dropout: float = 0.0, pre_ln: bool = False)")),
+        must_fail=("test_block_pre_ln",), hint="pre_ln=True is the default", label="post-LN by default"),
+    Mistake(
+        id="block_default_dropout_1", cell="TransformerBlock",
+        description="dropout=1.0 as the block's default",
+        source=edit(A, "TransformerBlock", ("d_ff: int, dropout: float = 0.0, pre_ln", "d_ff: int, dropout: float = 1.0, pre_ln")),
+        must_fail=("test_block_pre_ln",), hint="dropout=0.0 is the default", label="block drops all by default"),
+    Mistake(
+        id="count_default_no_bias", cell="block_param_count",
+        description="bias=False as the count's default",
+        source=edit(A, "block_param_count", ("d_ff: int, bias: bool = True)", "d_ff: int, bias: bool = False)")),
+        must_fail=("test_block_param_count",), hint="bias=True is the default", label="count without biases by default"),
     Mistake(
         id="loader_fixed_heads", cell="from_torch_encoder_layer",
         description="builds the block with 4 heads instead of reading layer.self_attn.num_heads",

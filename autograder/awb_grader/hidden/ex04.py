@@ -27,8 +27,9 @@ def _shape(g, lo_dims=1, hi_dims=4):
 
 
 def _softmax_call(softmax, x, dim):
+    """softmax(x, dim=dim); dim=None calls softmax(x), whose default is dim=-1."""
     with forbid(softmax_builtins(), "torch.softmax / F.softmax are off limits in softmax"):
-        out = call(softmax, x, dim=dim, name="softmax")
+        out = call(softmax, x, **({} if dim is None else {"dim": dim}), name="softmax")
     if not isinstance(out, torch.Tensor):
         raise CheckFailed("hidden test: softmax did not return a tensor")
     return out
@@ -40,10 +41,11 @@ def softmax_values(softmax) -> None:
     for case in range(6):
         shape = _shape(g)
         x = torch.randn(shape, generator=g) * (1 + 4 * case)
-        out = _softmax_call(softmax, x, -1)
+        out = _softmax_call(softmax, x, None if case % 2 else -1)       # softmax(x) uses the default dim=-1
         want = torch.softmax(x.double(), -1).float()
         if not close(out, want):
-            fail_values("softmax(x)", out, want, f"x of shape {shape}, dim=-1", TOL)
+            fail_values("softmax(x)", out, want, f"x of shape {shape}, dim=-1" + (" (the default)" if case % 2 else ""),
+                        TOL)
 
 
 def softmax_dim(softmax) -> None:

@@ -204,6 +204,10 @@ def mha_init(MultiHeadAttention) -> None:
             if n != want:
                 raise CheckFailed("hidden test: MultiHeadAttention has the wrong number of parameters",
                                   details=[f"case: D={D}, H={H}, bias={bias}: {n}, expected {want}"])
+        m = A.new(MultiHeadAttention, D, H, name="MultiHeadAttention")     # bias=True is the default
+        if not {"W_qkv.bias", "W_o.bias"} <= set(A.params(m)):
+            raise CheckFailed("hidden test: MultiHeadAttention(d_model, n_heads) without a bias argument has no biases",
+                              details=[f"case: D={D}, H={H}"])
 
 
 def mha_self(MultiHeadAttention) -> None:
@@ -247,6 +251,10 @@ def mha_param_count(mha_param_count) -> None:
             if n != want:
                 raise CheckFailed("hidden test: mha_param_count is wrong",
                                   details=[f"case: d_model={D}, bias={bias}: {n!r}, expected {want}"])
+    D = _sizes(g)[2]
+    if as_int(call(mha_param_count, D, name="mha_param_count")) != 4 * D * D + 4 * D:
+        raise CheckFailed("hidden test: mha_param_count(d_model) counts the biases by default (bias=True)",
+                          details=[f"case: d_model={D}"])
     n = as_int(call(mha_param_count, 12288, bias=False, name="mha_param_count"))
     if n != 4 * 12288 ** 2:
         raise CheckFailed("hidden test: mha_param_count(12288, bias=False) is wrong (GPT-3 width)")

@@ -176,6 +176,13 @@ def feedforward_structure(FeedForward) -> None:
         if not isinstance(out, torch.Tensor) or not any(close(out, a) for a in accepted):
             raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}, dropout=1.0) in train mode should give 0 "
                               "(dropout on the output) or linear2's bias (dropout right after the ReLU)")
+        ff = _new(FeedForward, D, d_ff, name="FeedForward")          # dropout=0.0 by default: train == eval
+        with torch.no_grad():
+            a = call(A.train(ff, True), x, name="FeedForward.forward")
+            b = call(A.train(ff, False), x, name="FeedForward.forward")
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or not close(a, b):
+            raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) without a dropout argument drops values in "
+                              "train mode (the default is dropout=0.0)")
 
 
 def feedforward_values(FeedForward) -> None:
@@ -316,9 +323,32 @@ def _block_dropout(cls, pre_ln, seed):
                         accepted[0], f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}", TOL)
 
 
+def _block_defaults(cls, seed):
+    """TransformerBlock(d_model, n_heads, d_ff), in train mode, equals nn.TransformerEncoderLayer(norm_first=True)
+    in eval mode with the same weights: pre-LN and no dropout by default."""
+    g = rng(seed)
+    H = randint(g, 1, 4)
+    D, d_ff, B, T = H * randint(g, 2, 8), randint(g, 4, 48), randint(g, 1, 3), randint(g, 2, 9)
+    layer = nn.TransformerEncoderLayer(D, H, d_ff, dropout=0.0, batch_first=True, norm_first=True)
+    randomize_(layer, seed)
+    layer.eval()
+    block = _new(cls, D, H, d_ff, name="TransformerBlock")
+    _load_encoder_layer(block, layer)
+    A.train(block, True)
+    x = torch.randn(B, T, D, generator=g)
+    with torch.no_grad():
+        want = layer(x)
+        out = call(block, x, name="TransformerBlock.forward")
+    if not isinstance(out, torch.Tensor) or not close(out, want, atol=1e-5, rtol=1e-5):
+        fail_values("TransformerBlock(d_model, n_heads, d_ff) (defaults: pre_ln=True, dropout=0.0) in train mode vs "
+                    "nn.TransformerEncoderLayer(norm_first=True)", out if isinstance(out, torch.Tensor) else torch.zeros(0),
+                    want, f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}", TORCH_TOL)
+
+
 def block_pre_ln(TransformerBlock) -> None:
     _block_vs_torch(TransformerBlock, True, 610, with_mask=False)
     _block_dropout(TransformerBlock, True, 615)
+    _block_defaults(TransformerBlock, 617)
 
 
 def block_post_ln(TransformerBlock) -> None:
@@ -350,6 +380,10 @@ def block_param_count(block_param_count) -> None:
         got = as_int(call(block_param_count, D, d_ff, bias=bias, name="block_param_count"))
         if got != want:
             raise CheckFailed(f"hidden test: block_param_count({D}, {d_ff}, bias={bias}) = {got}, expected {want}")
+    D, d_ff = randint(g, 1, 300), randint(g, 1, 900)                   # bias=True by default
+    want = 4 * D * D + 2 * D * d_ff + 4 * D + d_ff + D + 4 * D
+    if as_int(call(block_param_count, D, d_ff, name="block_param_count")) != want:
+        raise CheckFailed(f"hidden test: block_param_count({D}, {d_ff}) should count the biases (bias=True by default)")
 
 
 # ----------------------------------------------------------------------------------------

@@ -180,7 +180,8 @@ def gpt_forward(GPT) -> None:
 
 
 def _every_position(logits, shape, cfg):
-    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != tuple(shape):
+    """One row of logits per position: (B, T, ...) (the vocabulary axis is gpt_forward's business)."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(shape[:2]):
         raise CheckFailed(f"hidden test: GPT.forward must give logits {tuple(shape)} (B, T, V), one row per position",
                           details=[f"case: {cfg}; got {tuple(getattr(logits, 'shape', ()))}"])
 
