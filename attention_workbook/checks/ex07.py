@@ -194,6 +194,13 @@ def decoder_values(DecoderBlock) -> None:
     x, memory = torch.randn(2, 4, 16), torch.randn(2, 6, 16)
     _compare_decoder(block, x, memory)
     decoder_dropout_placement(DecoderBlock)
+    block = _decoder(DecoderBlock).train()                          # dropout=0.0 by default: train == eval
+    randomize_(block, 74)
+    with torch.no_grad():
+        if not close(_run_decoder(block, x, memory), _run_decoder(block.eval(), x, memory)):
+            raise CheckFailed("DecoderBlock(d_model, n_heads, d_ff), built without a dropout argument, drops values "
+                              "in train mode", hint="dropout=0.0 is the default: without a dropout argument nothing "
+                                                    "is dropped", reread=SEC_DEC)
     passed("DecoderBlock: ln1(x + drop(self_attn), causal) -> ln2(x + drop(cross_attn(memory))) -> ln3(x + ff)")
 
 
@@ -343,7 +350,35 @@ def seq2seq_padding(Seq2SeqTransformer) -> None:
             raise CheckFailed(f"{what}: appending more padding (pad_id={pad}) to the source changes the logits",
                               hint="mask source padding (src == pad_id, the pad_id the model was built with) as "
                                    "keys: in the encoder and as the decoder's memory_mask", reread=SEC_MASKS)
-    passed("Seq2SeqTransformer: source padding is masked, whatever pad_id is")
+    seq2seq_defaults(Seq2SeqTransformer)
+    passed("Seq2SeqTransformer: source padding is masked, whatever pad_id is (pad_id=0 by default)")
+
+
+DEFAULTS = ("Seq2SeqTransformer(src_vocab, tgt_vocab) must work with the signature's defaults: d_model=64, "
+            "n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0")
+
+
+def seq2seq_defaults(cls, src_vocab=11, tgt_vocab=13, seed=4) -> None:
+    """Seq2SeqTransformer(src_vocab, tgt_vocab), every other argument at its default: it builds, gives
+    (B, T, tgt_vocab) logits up to max_len = 32 positions, and masks token 0 (pad_id=0) as padding."""
+    torch.manual_seed(seed)
+    model = call(cls, src_vocab, tgt_vocab, name="Seq2SeqTransformer(src_vocab, tgt_vocab)", reread=SEC_S2S)
+    if not isinstance(model, nn.Module):
+        raise CheckFailed("Seq2SeqTransformer(src_vocab, tgt_vocab) is not an nn.Module", reread=SEC_S2S)
+    model.eval()
+    src = torch.tensor([[4, 9, 2, 7, 5, 0, 0], [3, 3, 8, 0, 0, 0, 0]]) % (src_vocab - 2) + 2   # no token 0 or 1 ...
+    src[:, 5:], src[1, 3:] = 0, 0                                                          # ... but the padding
+    tgt = torch.tensor([[2, 6, 2, 9], [3, 4, 4, 3]]) % (tgt_vocab - 2) + 2
+    a = _logits(model, src, tgt)
+    expect_shape(a, (2, 4, tgt_vocab), "logits of Seq2SeqTransformer(src_vocab, tgt_vocab)", hint=DEFAULTS,
+                 reread=SEC_S2S)
+    if not bool(torch.isfinite(a).all()):
+        raise CheckFailed("Seq2SeqTransformer(src_vocab, tgt_vocab) gives nan logits for a source padded with 0",
+                          hint=DEFAULTS, reread=SEC_S2S)
+    b = _logits(model, torch.cat([src, torch.zeros(2, 32 - 7, dtype=torch.long)], dim=1), tgt)
+    if not close(b, a, atol=1e-5, rtol=1e-4):
+        raise CheckFailed("Seq2SeqTransformer(src_vocab, tgt_vocab): padding the source with token 0 up to 32 "
+                          "positions changes the logits", hint=DEFAULTS, reread=SEC_MASKS)
 
 
 # ----------------------------------------------------------------------------------------

@@ -99,6 +99,12 @@ def decoder_shapes(DecoderBlock, g) -> None:
 def decoder_values(DecoderBlock, g) -> None:
     for _ in _decoder_cases(DecoderBlock, g, 4, masks=False):
         pass
+    block = _decoder(DecoderBlock, 16, 4, 32).train()               # dropout=0.0 by default: train == eval
+    x, memory = torch.randn(2, 3, 16, generator=g), torch.randn(2, 5, 16, generator=g)
+    with torch.no_grad():
+        if not close(visible._run_decoder(block, x, memory), visible._run_decoder(block.eval(), x, memory)):
+            raise CheckFailed("DecoderBlock(d_model, n_heads, d_ff) without a dropout argument drops values in train "
+                              "mode", hint="dropout=0.0 is the default", reread=visible.SEC_DEC)
     H = randint(g, 1, 4)
     visible.decoder_dropout_placement(DecoderBlock, D=H * randint(g, 2, 6), H=H, d_ff=randint(g, 4, 40),
                                       B=randint(g, 1, 3), T=randint(g, 1, 8), S=randint(g, 1, 9),
@@ -202,6 +208,7 @@ def seq2seq_padding(Seq2SeqTransformer, g) -> None:
             raise CheckFailed(f"{extra} extra padding token(s) (pad_id={pad}) change the logits (source padding "
                               "mask missing, or built from another id than pad_id?)", reread=visible.SEC_MASKS,
                               details=[f"case: B={B}, S={S}, T={T}"])
+    visible.seq2seq_defaults(Seq2SeqTransformer, randint(g, 6, 30), randint(g, 6, 30), seed=randint(g, 0, 10_000))
 
 
 # ----------------------------------------------------------------------------------------

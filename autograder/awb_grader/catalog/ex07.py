@@ -295,6 +295,22 @@ MISTAKES = [
         source=_S2S_TORCH,
         must_fail=("test_seq2seq_shapes", "test_seq2seq_causal", "test_seq2seq_source", "test_seq2seq_padding"),
         hint="off limits", label="nn.Transformer instead of own blocks"),
+    # -- surviving mutants of the solution (tools/mutation.py): the defaults the text gives ---------
+    Mistake(
+        id="decoder_default_dropout_1", cell="DecoderBlock",
+        description="dropout=1.0 as the decoder block's default",
+        source=edit(A, "DecoderBlock", ("d_ff: int, dropout: float = 0.0)", "d_ff: int, dropout: float = 1.0)")),
+        must_fail=("test_decoder_values",), hint="dropout=0.0 is the default", label="decoder drops all by default"),
+    Mistake(
+        id="s2s_default_pad_1", cell="Seq2SeqTransformer",
+        description="pad_id=1 as the default: right whenever pad_id is passed, wrong for Seq2SeqTransformer(src, tgt)",
+        source=edit(A, "Seq2SeqTransformer", ("max_len: int = 32, pad_id: int = 0)", "max_len: int = 32, pad_id: int = 1)")),
+        must_fail=("test_seq2seq_padding",), hint="defaults", label="pad_id 1 by default"),
+    Mistake(
+        id="s2s_default_d_model_65", cell="Seq2SeqTransformer",
+        description="d_model=65 as the default: with n_heads=4 the default model cannot be built",
+        source=edit(A, "Seq2SeqTransformer", ("tgt_vocab: int, d_model: int = 64,", "tgt_vocab: int, d_model: int = 65,")),
+        must_fail=("test_seq2seq_padding",), hint=None, label="default d_model 65"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
         id="decoder_masks_required", cell="DecoderBlock",

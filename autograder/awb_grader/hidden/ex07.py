@@ -116,6 +116,17 @@ def decoder_values(DecoderBlock) -> None:
     for _ in _decoder_cases(DecoderBlock, 710, 4, masks=False):
         pass
     _decoder_dropout(DecoderBlock, 715)
+    g = rng(716)                                       # dropout=0.0 by default: train == eval
+    H = randint(g, 1, 4)
+    D = H * randint(g, 2, 6)
+    block = A.new(DecoderBlock, D, H, randint(g, 4, 40), name="DecoderBlock", seed=716)
+    x, memory = torch.randn(2, randint(g, 1, 8), D, generator=g), torch.randn(2, randint(g, 1, 9), D, generator=g)
+    with torch.no_grad():
+        a = call(A.train(block, True), x, memory, name="DecoderBlock.forward")
+        b = call(A.train(block, False), x, memory, name="DecoderBlock.forward")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or not close(a, b):
+        raise CheckFailed("hidden test: DecoderBlock(d_model, n_heads, d_ff) without a dropout argument drops values "
+                          "in train mode (the default is dropout=0.0)")
 
 
 def decoder_causal(DecoderBlock) -> None:
@@ -225,6 +236,16 @@ def seq2seq_padding(Seq2SeqTransformer) -> None:
         if not close(a, b):
             raise CheckFailed(f"hidden test: {extra} extra padding token(s) (pad_id={pad}) change the logits",
                               details=[f"case: B={B}, S={S}, T={T}"])
+    g = rng(775)                                       # every argument after the vocabularies at its default
+    sv, tv = randint(g, 6, 30), randint(g, 6, 30)
+    model = A.train(A.new(Seq2SeqTransformer, sv, tv, name="Seq2SeqTransformer", seed=775), False)
+    B, S, T = 2, randint(g, 2, 20), randint(g, 1, 32)
+    src, tgt = _tok(g, (B, S), sv, 0), _tok(g, (B, T), tv, 0)
+    a, b = _logits(model, src, tgt), _logits(model, torch.cat([src, torch.zeros(B, 32 - S, dtype=torch.long)], 1), tgt)
+    if tuple(a.shape) != (B, T, tv) or not bool(torch.isfinite(a).all()) or not close(a, b):
+        raise CheckFailed("hidden test: Seq2SeqTransformer(src_vocab, tgt_vocab) with the default arguments (max_len=32, "
+                          "pad_id=0): logits (B, T, tgt_vocab), and padding the source with 0 changes nothing",
+                          details=[f"case: src_vocab={sv}, tgt_vocab={tv}, S={S}, T={T}"])
 
 
 # ----------------------------------------------------------------------------------------
