@@ -65,6 +65,8 @@ def test_cohort_shard_flag_sets_the_shard_root(monkeypatch):
     assert seen["argv"] == ["cohort", "lms.zip", "--workers", "2", "--course", "/x/cluster/shard-0001-of-0003"
                             .replace("/x/cluster", "/x/c/cluster")]
     assert shards.intercept(["cohort", "lms.zip"], fake_main) is None          # no --shard: unchanged
+    # an empty slice (more shards than submissions) is not a failed array task
+    assert shards.intercept(["cohort", "lms.zip", "--shard", "0/9"], lambda argv: 2) == 0
 
 
 # -- slow: a real Slurm cluster ------------------------------------------------------------------
