@@ -206,12 +206,12 @@ class FeedForward(nn.Module):
 
 
 class Sub(nn.Module):
-    def __init__(self, norm, fn):
+    def __init__(self, norm, fn, dropout):
         super().__init__()
-        self.norm, self.fn = norm, fn
+        self.norm, self.fn, self.drop = norm, fn, nn.Dropout(dropout)
 
     def forward(self, x, **kw):
-        return x + self.fn(self.norm(x), **kw)
+        return x + self.drop(self.fn(self.norm(x), **kw))
 
 
 class TransformerBlock(nn.Module):
@@ -219,7 +219,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attn, self.ff = MultiHeadAttention(d_model, n_heads), FeedForward(d_model, d_ff)
         self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.steps = nn.ModuleList([Sub(self.ln1, self.attn), Sub(self.ln2, self.ff)])
+        self.steps = nn.ModuleList([Sub(self.ln1, self.attn, dropout), Sub(self.ln2, self.ff, dropout)])
 
     def forward(self, x, mask=None):
         return self.steps[1](self.steps[0](x, mask=mask))
