@@ -467,6 +467,22 @@ def _freqs(generate, scores, n_rows=20000, **kw):
     return torch.bincount(out[:, -1], minlength=len(scores)).float() / n_rows
 
 
+TOP_K_ONE_ROW = ("top-k must keep k tokens in each row, whatever the batch size: take the k-th largest along the "
+                 "vocabulary axis (dim=-1), never along the batch axis")
+
+
+def one_prompt_top_k(generate, scores, k, want, n=1500, seed=2) -> None:
+    """top_k with a batch of ONE prompt (B = 1 < k): a long generation from one row samples exactly the
+    k tokens with the largest scores."""
+    out = _gen(generate, FixedLogits(scores, block_size=4), torch.zeros(1, 1, dtype=torch.long), n, top_k=k,
+               generator=torch.Generator().manual_seed(seed))
+    kept = set(out[0, 1:].tolist())
+    if kept != set(want):
+        raise CheckFailed(f"with one prompt and top_k={k} the sampled tokens are {sorted(kept)}, expected "
+                          f"{sorted(want)} ({n} tokens from logits {[round(v, 2) for v in torch.as_tensor(scores).tolist()]})",
+                          reread=SEC_GENERATE, hint=TOP_K_ONE_ROW)
+
+
 @single_threaded
 def generate_sampling(generate) -> None:
     """The sampled frequencies follow softmax(logits / temperature), restricted to the top k."""
@@ -494,6 +510,7 @@ def generate_sampling(generate) -> None:
     if abs(p[3].item() - want[1].item()) > 0.02:
         raise CheckFailed("with top_k=2 the two kept tokens have the wrong proportions", reread=SEC_GENERATE,
                           hint="after masking, take the softmax of the remaining logits")
+    one_prompt_top_k(generate, scores, 2, {2, 3})
     passed("generate: frequencies follow softmax(logits / temperature); top_k keeps the k largest")
 
 

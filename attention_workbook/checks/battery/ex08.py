@@ -280,6 +280,10 @@ def generate_sampling(generate, g) -> None:
             raise CheckFailed("sampled frequencies differ from softmax(top-k(logits) / temperature)",
                               reread=visible.SEC_GENERATE,
                               details=[f"case: vocab {V}, temperature {temp}, top_k {k}; {N} samples, tolerance 0.02"])
+    V = randint(g, 4, 9)
+    base = torch.randperm(V, generator=g).float()                       # distinct scores: a clear top k
+    k = randint(g, 2, V - 1)
+    visible.one_prompt_top_k(generate, base, k, set(torch.topk(base, k).indices.tolist()), seed=randint(g, 0, 10**6))
 
 
 guard(globals())

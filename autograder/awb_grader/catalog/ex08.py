@@ -253,6 +253,12 @@ MISTAKES = [
                     ("logits = self.lm_head(self.ln_f(x))", "logits = self.lm_head(self.drop(self.ln_f(x)))")),
         must_fail=("test_gpt_forward",), hint="nowhere after ln_f", label="dropout after ln_f"),
     Mistake(
+        id="generate_top_k_batch_axis", cell="generate",
+        description="the number of kept tokens capped by the batch size (logits.size(0)) instead of the vocabulary: "
+                    "right for many prompts, top-1 for a single one (a surviving mutant of the solution)",
+        source=edit(A, "generate", ("min(top_k, logits.size(-1))", "min(top_k, logits.size(0))")),
+        must_fail=("test_generate_sampling",), hint="whatever the batch size", label="top-k capped by the batch size"),
+    Mistake(
         id="gpt_vocab_65", cell="GPT",
         description="embedding and output layer built for 65 characters (tiny-shakespeare) whatever vocab_size says",
         source=edit(A, "GPT", ("nn.Embedding(vocab_size, d_model)", "nn.Embedding(65, d_model)"),

@@ -362,6 +362,14 @@ def generate_sampling(generate) -> None:
             raise CheckFailed("hidden test: sampled frequencies differ from softmax(top-k(logits) / temperature)",
                               details=[f"case: vocab {V}, temperature {temp}, top_k {k}; {N} samples, "
                                        f"tolerance 0.02 absolute"])
+    V = randint(g, 4, 9)                                   # one prompt (B = 1 < k): top-k per row, not per batch
+    base = torch.randperm(V, generator=g).float()
+    k = randint(g, 2, V - 1)
+    out = _gen(generate, A.make("ex08.stub", base, 4), torch.zeros(1, 1, dtype=torch.long), 1500, top_k=k,
+               generator=torch.Generator().manual_seed(7))
+    if set(out[0, 1:].tolist()) != set(torch.topk(base, k).indices.tolist()):
+        raise CheckFailed("hidden test: with one prompt, top_k should sample exactly the k most likely tokens",
+                          details=[f"case: vocab {V}, top_k {k}, 1500 tokens from one prompt"])
 
 
 guard(globals())  # every check records warnings instead of printing them (core.guard)
