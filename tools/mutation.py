@@ -37,6 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "# --- cell: "
+BOUNDARY = "pass  # cell boundary"
 _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 _HIDDEN = "### BEGIN HIDDEN TESTS"
 
@@ -60,7 +61,9 @@ def _cells(assignment: str):
 
 
 def extract(assignment: str, out: Path) -> None:
-    parts = [f"{MARK}{gid} ---\n{src.rstrip()}\n" for kind, gid, src in _cells(assignment) if kind == "answer"]
+    # the `pass` keeps the marker out of the next statement's prefix (mutmut's decorator mutation
+    # removes a decorator with the comments before it)
+    parts = [f"{MARK}{gid} ---\n{BOUNDARY}\n{src.rstrip()}\n" for kind, gid, src in _cells(assignment) if kind == "answer"]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n\n".join(parts))
     print(f"wrote {len(parts)} answer cells of {assignment} to {out}")
@@ -73,7 +76,7 @@ def split(text: str) -> dict[str, str]:
             if name:
                 cells[name] = "".join(lines)
             name, lines = line[len(MARK):].split(" ---")[0].strip(), []
-        else:
+        elif line.rstrip("\n") != BOUNDARY:
             lines.append(line)
     if name:
         cells[name] = "".join(lines)
