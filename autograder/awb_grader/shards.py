@@ -174,7 +174,11 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     names = sorted({a for st in states.values() for a in st})
     if not names:
         return NOTHING
+    import time
+
+    t0 = time.perf_counter()
     _cohort_over_nothing(course, names)
+    t_build = time.perf_counter() - t0
     main_state_path = course / STATE
     merged = json.loads(main_state_path.read_text()) if main_state_path.exists() else {}
     n = 0
@@ -197,6 +201,9 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     tmp = course / (STATE + ".tmp")
     tmp.write_text(json.dumps({a: dict(sorted(p.items())) for a, p in sorted(merged.items())}, indent=1))
     tmp.replace(main_state_path)
+    t_fold = time.perf_counter() - t0 - t_build
     res = _cohort_over_nothing(course, names)
-    say(f"merged {n} submission(s) from {len(roots)} shard(s) into {course}")
+    t_export = time.perf_counter() - t0 - t_build - t_fold
+    say(f"merged {n} submission(s) from {len(roots)} shard(s) into {course}: "
+        f"fold {t_fold:.2f} s, course build {t_build:.1f} s, export {t_export:.1f} s")
     return res.summary
