@@ -406,6 +406,7 @@ class FixedLogits(nn.Module):
     def forward(self, idx, targets=None):
         B, T = idx.shape
         self.seen.append(T)  # a real GPT would fail on T > block_size; the stub records it for the hint
+        self.grad_seen = getattr(self, "grad_seen", False) or torch.is_grad_enabled()
         V = self.scores.numel()
         logits = self.scores.expand(B, T, V).clone()
         if self.follow:  # strongly prefer (token + 1) % V at each position: tests the LAST position is used
@@ -447,6 +448,8 @@ def generate_basics(generate) -> None:
                           hint="the context is not cropped: idx_cond = idx[:, -model.block_size:]")
     if not torch.equal(out[:, :9], prompt):
         raise CheckFailed("the output does not start with the prompt", reread=SEC_GENERATE)
+    if getattr(model, "grad_seen", False):
+        raise CheckFailed("generate runs the model with gradients enabled", reread=SEC_GENERATE, hint=NO_GRAD)
     if out[0, 9:].tolist() != [3, 4, 5, 0, 1]:
         hint = "use the logits of the LAST position, logits[:, -1, :]: they predict the next token"
         raise CheckFailed("with top_k=1 generate should follow the model's most likely next token", hint=hint,
@@ -466,6 +469,9 @@ def _freqs(generate, scores, n_rows=20000, **kw):
                generator=torch.Generator().manual_seed(1), **kw)
     return torch.bincount(out[:, -1], minlength=len(scores)).float() / n_rows
 
+
+NO_GRAD = ("decorate generate with @torch.no_grad() (or run the loop inside `with torch.no_grad():`): sampling "
+           "needs no gradients, and recording them for every step wastes memory")
 
 TOP_K_ONE_ROW = ("top-k must keep k tokens in each row, whatever the batch size: take the k-th largest along the "
                  "vocabulary axis (dim=-1), never along the batch axis")

@@ -217,10 +217,12 @@ class _Stub(nn.Module):
     def __init__(self, base, block_size, shift=None):
         super().__init__()
         self.base, self.block_size, self.shift, self.longest = base, block_size, shift, 0
+        self.grad_seen = False
 
     def forward(self, idx, targets=None):
         B, T = idx.shape
         self.longest = max(self.longest, T)
+        self.grad_seen = self.grad_seen or torch.is_grad_enabled()
         if T > self.block_size:
             raise IndexError(f"index out of range: context {T} > block_size {self.block_size}")
         V = self.base.numel()
@@ -248,6 +250,9 @@ def generate_basics(generate, g) -> None:
         want = prompt.clone()
         for _ in range(n):
             want = torch.cat([want, (want[:, -1:] + shift) % V], dim=1)
+        if model.grad_seen:
+            raise CheckFailed("generate runs the model with gradients enabled", reread=visible.SEC_GENERATE,
+                              hint=visible.NO_GRAD)
         if model.longest > bs or tuple(out.shape) != (B, T + n) or not torch.equal(out, want):
             raise CheckFailed("greedy (top_k=1) generation from a prompt longer than block_size is wrong",
                               reread=visible.SEC_GENERATE,

@@ -259,6 +259,12 @@ MISTAKES = [
         source=edit(A, "generate", ("min(top_k, logits.size(-1))", "min(top_k, logits.size(0))")),
         must_fail=("test_generate_sampling",), hint="whatever the batch size", label="top-k capped by the batch size"),
     Mistake(
+        id="generate_with_gradients", cell="generate",
+        description="generate without @torch.no_grad(): the tokens are right, but every step records gradients "
+                    "(a surviving mutant of the solution)",
+        source=edit(A, "generate", ("@torch.no_grad()\n", "")),
+        must_fail=("test_generate_basics",), hint="@torch.no_grad()", label="generate records gradients"),
+    Mistake(
         id="gpt_vocab_65", cell="GPT",
         description="embedding and output layer built for 65 characters (tiny-shakespeare) whatever vocab_size says",
         source=edit(A, "GPT", ("nn.Embedding(vocab_size, d_model)", "nn.Embedding(65, d_model)"),
