@@ -10,7 +10,7 @@ import pytest
 from awb_grader import demo
 from awb_grader.course import AUTOGRADER
 from awb_grader import catalog
-from awb_grader.pipeline import Row, grade_submissions, table
+from awb_grader.pipeline import Record, grade_submissions, table
 
 pytestmark = pytest.mark.xdist_group("demo")
 
@@ -88,9 +88,11 @@ def test_regrading_is_idempotent(demo_run):
 
 def test_table_names_mistakes_and_wraps_long_notes():
     long_reason = "edited test cell(s) test_sdpa_padding: restored from the release when grading; " * 2
-    rows = [Row("dev", "04", 21, 30, misconceptions=["no sqrt(d) scaling", "padding mask on the query axis"]),
-            Row("chloe", "04", 22, 30, unanswered=["scaled_dot_product_attention"]),
-            Row("ivan", "04", 26, 30, "flagged", reasons=[long_reason.strip()]), Row("ada", "04", 30, 30)]
+    rows = [Record("04", "dev", score=21, max_score=30,
+                   misconceptions=["no sqrt(d) scaling", "padding mask on the query axis"]),
+            Record("04", "chloe", score=22, max_score=30, unanswered=["scaled_dot_product_attention"]),
+            Record("04", "ivan", score=26, max_score=30, status="flagged", reasons=[long_reason.strip()]),
+            Record("04", "ada", score=30, max_score=30)]
     text = table(rows, notes_width=60)
     lines = text.splitlines()
     assert "dev      21/30  ok       no sqrt(d) scaling; padding mask on the query axis" in lines

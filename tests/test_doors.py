@@ -97,6 +97,23 @@ def test_without_bubblewrap_every_door_refuses_unless_told(monkeypatch, tmp_path
         protect.SandboxGuard(config=_config(kernel="python3")).preprocess(nb, {})
 
 
+def test_a_student_nbgrader_created_gets_a_readable_name(tmp_path):
+    """nbgrader's autograde creates a student it does not know with no name (formgrader would
+    read "None, None"); the last autograde step names them by their id, keeping real names."""
+    from nbgrader.api import Gradebook
+
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(db) as gb:
+        gb.add_student("ada")
+        gb.add_student("ben", first_name="Ben", last_name="Okafor")
+    nb = nbformat.v4.new_notebook()
+    for student in ("ada", "ben"):
+        protect.FlagSubmission().preprocess(nb, {"nbgrader": {"db_url": db, "student": student,
+                                                              "assignment": A, "notebook": A}})
+    with Gradebook(db) as gb:
+        assert sorted((s.id, s.first_name, s.last_name) for s in gb.students) == [("ada", "", "ada"), ("ben", "Ben", "Okafor")]
+
+
 def _config(kernel: str):
     from traitlets.config import Config
 

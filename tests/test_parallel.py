@@ -54,12 +54,12 @@ def test_parallel_shards_give_the_sequential_gradebook_and_csv(tmp_path):
         par.generate_assignment(A)
         res = grade_parallel(par, [Task(A, s, str(p)) for s, p in files.items()], workers=2,
                              feedback=False, verdict=False, progress=False)
-        assert {r.shard for r in res} == {0, 1}, "both workers graded"
+        assert {r.worker for r in res} == {0, 1}, "both workers graded"
         grade_parallel(par, [Task(A, "dev", str(again))], workers=2, feedback=False, verdict=False,
                        progress=False)
     par.export_csv(tmp_path / "par.csv")
 
-    assert [(r.row.student, r.row.score, r.row.status) for r in res] == \
+    assert [(r.student, r.score, r.status) for r in res] == \
            [(r.student, r.score, r.status) for r in rows_seq]
     assert gradebook_dump(par.db) == gradebook_dump(seq.db)
     assert _csv(tmp_path / "par.csv") == _csv(tmp_path / "seq.csv")
@@ -78,7 +78,7 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
 
     from awb_grader import parallel
     from awb_grader.course import nbgrader_quirks_silenced
-    from awb_grader.pipeline import Row
+    from awb_grader.pipeline import Record
 
     main = Course(tmp_path / "main", release_dir=tmp_path / "main" / "release")
     main.generate_assignment(A)
@@ -97,7 +97,7 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
             for step in ("autograded", "feedback"):
                 (shard / step / s / A).mkdir(parents=True)
                 (shard / step / s / A / "x.txt").write_text(s)
-            results[s] = parallel.Result(Task(A, s, "-"), Row(s, A), 0, gradebook=parallel.submission_data(src, A, s))
+            results[s] = Record(A, s, worker=0, gradebook=parallel.submission_data(src, A, s))
     expected = [x for x in gradebook_dump(f"sqlite:///{shard / 'gradebook.db'}") if x[1] == "ada"]
 
     real = parallel.store_submission
@@ -115,7 +115,7 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
     assert [x for x in gradebook_dump(main.db) if x[1] == "ada"] == expected
     assert not [x for x in gradebook_dump(main.db) if x[1] == "bob"]
     assert (main.root / "autograded" / "ada" / A / "x.txt").read_text() == "ada"
-    assert results["ada"].row.status == "ok" and not results["ada"].row.reasons
-    bob = results["bob"].row
+    assert results["ada"].status == "ok" and not results["ada"].reasons
+    bob = results["bob"]
     assert bob.status == "flagged" and "could not be recorded in the gradebook (OSError: disk full)" in bob.reasons[0]
     assert not (main.root / "autograded" / "bob" / A).exists()        # the next run grades bob again

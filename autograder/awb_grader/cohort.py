@@ -28,11 +28,11 @@ import shutil
 import statistics
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course, assignments as course_assignments
-from .pipeline import Row, _fmt
+from .pipeline import Record, _fmt
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 
 # <student>_<anything_>NN_topic[ (1)|-2].ipynb  or  <student>/<anything_>NN_topic.ipynb
@@ -186,21 +186,6 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
 
 
 # -- the cohort run ---------------------------------------------------------------------------
-@dataclass
-class Record:
-    assignment: str
-    student: str
-    sha: str
-    score: float
-    max_score: float
-    status: str
-    reasons: list = field(default_factory=list)
-    failed_cells: list = field(default_factory=list)
-    errors: dict = field(default_factory=dict)
-    seconds: float = 0.0
-    phases: dict = field(default_factory=dict)   # seconds: grade (check+autograde), verdict, feedback
-
-
 def _sha(path: Path, timestamp: str | None) -> str:
     h = hashlib.sha256(Path(path).read_bytes())
     h.update((timestamp or "").encode())
@@ -216,7 +201,7 @@ def load_state(root: Path) -> dict:
 
 
 def save_state(root: Path, state: dict) -> None:
-    data = {a: {s: asdict(r) for s, r in sorted(per.items())} for a, per in sorted(state.items())}
+    data = {a: {s: r.state() for s, r in sorted(per.items())} for a, per in sorted(state.items())}
     tmp = Path(root) / (STATE + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(Path(root) / STATE)
@@ -281,7 +266,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
             if done and not regrade:
                 skipped += 1
                 continue
-            tasks.append(parallel.Task(a, student, str(path), ts))
+            tasks.append(parallel.Task(a, student, str(path), ts, sha))
     workers = workers or max(1, min(os.cpu_count() or 1, 8))
     steps["collected"] = time.time()
     say(f"2/4 grade: {len(tasks)} to grade, {skipped} unchanged since the last run (kept); {workers} worker(s)")
@@ -289,16 +274,13 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
                                       progress=progress)
     steps["graded"] = time.time()
     for r in results:
-        row: Row = r.row
-        note = got.renamed.get((row.student, row.assignment))
+        note = got.renamed.get((r.student, r.assignment))
         if note:
-            row.reasons.insert(0, f"{note}: graded as {row.assignment}.ipynb")
-            if row.status == OK:
-                row.status = REPAIRED
-        state.setdefault(row.assignment, {})[row.student] = Record(
-            row.assignment, row.student, _sha(Path(r.task.path), r.task.timestamp), row.score, row.max_score,
-            row.status, row.reasons, row.failed_cells, r.errors, round(r.seconds, 2),
-            {k: round(v, 2) for k, v in r.phases.items()})
+            r.reasons.insert(0, f"{note}: graded as {r.assignment}.ipynb")
+            if r.status == OK:
+                r.status = REPAIRED
+        r.seconds, r.phases = round(r.seconds, 2), {k: round(v, 2) for k, v in r.phases.items()}
+        state.setdefault(r.assignment, {})[r.student] = r
     # max scores (an ungradable submission has none recorded)
     for a, per in state.items():
         mx = sum(course.max_scores(a).values()) if _in_gradebook(course, a) else 0
@@ -311,9 +293,9 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
     write_flags(records, got.unmatched, root / "flags.csv")
     say("4/4 summary")
-    res = CohortResult(root, records, [(r.task.assignment, r.task.student) for r in results], skipped,
+    res = CohortResult(root, records, [(r.assignment, r.student) for r in results], skipped,
                        got.unmatched, mode, time.perf_counter() - t0, steps=steps,
-                       timeline=[{"assignment": r.task.assignment, "student": r.task.student, "worker": r.shard,
+                       timeline=[{"assignment": r.assignment, "student": r.student, "worker": r.worker,
                                   "began": r.began, "ended": r.ended} for r in results])
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)

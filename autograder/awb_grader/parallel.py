@@ -29,7 +29,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .course import Course, nbgrader_quirks_silenced
-from .pipeline import Row, grade_submissions
+from .pipeline import Record, grade_submissions
 from .submissions import FLAGGED, UNGRADABLE
 
 
@@ -39,19 +39,7 @@ class Task:
     student: str
     path: str
     timestamp: str | None = None
-
-
-@dataclass
-class Result:
-    task: Task
-    row: Row
-    shard: int
-    errors: dict = field(default_factory=dict)     # failing grade_id -> error text (for the insight)
-    seconds: float = 0.0
-    phases: dict = field(default_factory=dict)     # seconds per step: grade (inspect+autograde), verdict, feedback
-    gradebook: dict | None = None                  # what nbgrader recorded (submission_data), for the merge
-    began: float = 0.0                             # when the worker took it, and gave it back (time.time())
-    ended: float = 0.0
+    sha: str = ""                   # of the file and timestamp (the cohort's "unchanged since" key)
 
 
 @dataclass
@@ -133,7 +121,7 @@ def _preload() -> None:
     from .hidden import _adapter  # noqa: F401
 
 
-def _grade_one(task: Task) -> Result:
+def _grade_one(task: Task) -> Record:
     import time
 
     t0, began = time.perf_counter(), time.time()
@@ -156,7 +144,9 @@ def _grade_one(task: Task) -> Result:
 
     with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (formgrader_view.py)
         data = submission_data(gb, task.assignment, task.student)
-    return Result(task, row, _W["k"], errors, time.perf_counter() - t0, phases, data, began, time.time())
+    row.sha, row.errors, row.seconds, row.phases = task.sha, errors, time.perf_counter() - t0, phases
+    row.worker, row.gradebook, row.began, row.ended = _W["k"], data, began, time.time()
+    return row
 
 
 def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
@@ -173,7 +163,7 @@ def failing_errors(course: Course, assignment: str, student: str, cells: list[st
 
 # -- main side -------------------------------------------------------------------------------
 def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback: bool = True,
-                   verdict: bool = True, progress: bool = True) -> list[Result]:
+                   verdict: bool = True, progress: bool = True) -> list[Record]:
     """Grade ``tasks`` with ``workers`` processes, merge into ``course``; results in task order.
     The assignments must already be generated in ``course`` (its gradebook is copied)."""
     if not tasks:
@@ -188,7 +178,7 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     ids = ctx.Queue()                      # each worker takes its shard number from here
     for k in range(workers):
         ids.put(k)
-    results: list[Result] = []
+    results: list[Record] = []
     # the longest notebooks first: fewer stragglers at the end
     order = sorted(tasks, key=lambda t: -_size(t.path))
     try:
@@ -196,14 +186,14 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
     index = {(t.assignment, t.student): i for i, t in enumerate(tasks)}
-    return sorted(results, key=lambda r: index[(r.task.assignment, r.task.student)])
+    return sorted(results, key=lambda r: index[(r.assignment, r.student)])
 
 
-def _run_pool(ctx, spec, ids, course, order, tasks, workers, progress) -> list[Result]:
+def _run_pool(ctx, spec, ids, course, order, tasks, workers, progress) -> list[Record]:
     """Hand out the tasks; merge each result into ``course`` as it comes back."""
     from nbgrader.api import Gradebook
 
-    results: list[Result] = []
+    results: list[Record] = []
     with Gradebook(course.db) as gb, \
             ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(spec, ids)) as pool:
         futures = {pool.submit(_grade_one, t): t for t in order}
@@ -213,10 +203,10 @@ def _run_pool(ctx, spec, ids, course, order, tasks, workers, progress) -> list[R
             try:
                 r = fut.result()
             except Exception as e:  # noqa: BLE001 - a crashed worker becomes that student's flag
-                row = Row(t.student, t.assignment, status=FLAGGED,
-                          reasons=[f"grading worker crashed: {type(e).__name__}: {str(e)[:150]}"])
-                r = Result(t, row, -1)
+                r = Record(t.assignment, t.student, t.sha, status=FLAGGED,
+                           reasons=[f"grading worker crashed: {type(e).__name__}: {str(e)[:150]}"])
             merge_one(course, r, gb)
+            r.gradebook = None
             results.append(r)
             bar.update(1)
         bar.close()
@@ -233,30 +223,30 @@ def _size(path: str) -> int:
 STEPS = ("submitted", "autograded", "feedback", "originals")
 
 
-def merge_one(course: Course, r: Result, gb) -> None:
+def merge_one(course: Course, r: Record, gb) -> None:
     """Move one graded submission's folders from its worker's shard into the main course and
     write what nbgrader recorded for it into the main gradebook ``gb`` (an open ``Gradebook``).
     A crashed worker's task (shard -1) only loses the folders of an earlier grade. If the grade
     cannot be recorded, the student is flagged and left to grade again (the next run does: no
     autograded copy is kept), and the batch goes on."""
-    a, s = r.task.assignment, r.task.student
-    shard = course.root / "shards" / f"w{r.shard}"
+    a, s = r.assignment, r.student
+    shard = course.root / "shards" / f"w{r.worker}"
     try:
         for step in STEPS:
             dest = course.root / step / s / a
             src = shard / step / s / a
             if dest.exists():
                 shutil.rmtree(dest)
-            if r.shard >= 0 and src.exists():
+            if r.worker >= 0 and src.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(src), str(dest))
-        if r.shard >= 0 and r.gradebook is not None:
+        if r.worker >= 0 and r.gradebook is not None:
             store_submission(gb, a, s, r.gradebook)
     except Exception as e:  # noqa: BLE001 - that student's flag; the batch goes on
         gb.db.rollback()
         shutil.rmtree(course.path("autograded", s, a), ignore_errors=True)
-        r.row.status = FLAGGED
-        r.row.reasons.append(f"graded, but the grade could not be recorded in the gradebook "
+        r.status = FLAGGED
+        r.reasons.append(f"graded, but the grade could not be recorded in the gradebook "
                              f"({type(e).__name__}: {str(e)[:150]}): grade it again")
 
 

@@ -10,7 +10,7 @@ import csv
 import re
 import shutil
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -22,16 +22,26 @@ from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_
 
 
 @dataclass
-class Row:
-    student: str
+class Record:
+    """One graded submission: what every door reports (flags.csv, the table, the cohort's state,
+    the Gradescope and PrairieLearn harnesses) and what the grading workers hand back."""
     assignment: str
+    student: str
+    sha: str = ""                     # of the file as submitted (and its timestamp): unchanged = not regraded
     score: float = 0.0
     max_score: float = 0.0
-    status: str = OK
-    reasons: list[str] = field(default_factory=list)
-    failed_cells: list[str] = field(default_factory=list)
-    misconceptions: list[str] = field(default_factory=list)  # catalog labels its errors name
-    unanswered: list[str] = field(default_factory=list)      # answer cells left as the stub
+    status: str = OK                  # a submissions.Status
+    reasons: list = field(default_factory=list)
+    failed_cells: list = field(default_factory=list)
+    errors: dict = field(default_factory=dict)            # failing grade_id -> error text (the insight)
+    seconds: float = 0.0
+    phases: dict = field(default_factory=dict)            # seconds: grade (check+autograde), feedback
+    misconceptions: list = field(default_factory=list)    # catalog labels its errors name
+    unanswered: list = field(default_factory=list)        # answer cells left as the stub
+    worker: int = -1                  # which grading worker, when it took it and gave it back (time.time())
+    began: float = 0.0
+    ended: float = 0.0
+    gradebook: dict | None = field(default=None, repr=False)   # in transit only: what nbgrader recorded
 
     @property
     def notes(self) -> list[str]:
@@ -39,19 +49,25 @@ class Row:
         unanswered = [f"unanswered: {', '.join(self.unanswered)}"] if self.unanswered else []
         return [*self.misconceptions, *unanswered, *self.reasons]
 
+    def state(self) -> dict:
+        """What the cohort keeps of it between runs (``cohort_state.json``)."""
+        out = asdict(self)
+        out.pop("gradebook")
+        return out
+
 
 def grade_submissions(course: Course, assignment: str, submissions: dict[str, Path],
                       feedback: bool = True, progress: bool = True,
-                      timestamps: dict[str, str | None] | None = None) -> list[Row]:
+                      timestamps: dict[str, str | None] | None = None) -> list[Record]:
     """``submissions``: {student_id: notebook path}; ``timestamps``: {student_id: submission
-    time as nbgrader's timestamp.txt holds it} where known. Returns one Row per student."""
+    time as nbgrader's timestamp.txt holds it} where known. Returns one Record per student."""
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
     if not release_nb.exists():
         course.generate_assignment(assignment)
     max_scores = None
     rows = []
     for student, src in tqdm(sorted(submissions.items()), desc=f"grading {assignment}", disable=not progress):
-        row = Row(student, assignment)
+        row = Record(assignment, student)
         dest = course.submit(student, assignment, src, timestamp=(timestamps or {}).get(student))
         nb_path = dest / f"{assignment}.ipynb"
         ins: Inspection = inspect_notebook(nb_path, release_nb, course.root / "originals" / student / assignment)
@@ -144,7 +160,7 @@ def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
             shutil.rmtree(d)
 
 
-def write_flags_csv(rows: list[Row], dest: Path) -> Path:
+def write_flags_csv(rows: list[Record], dest: Path) -> Path:
     with open(dest, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells",
@@ -159,7 +175,7 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
 
 
-def table(rows: list[Row], notes_width: int = 80) -> str:
+def table(rows: list[Record], notes_width: int = 80) -> str:
     """One line per student (long notes wrap under their column): score, status, then the
     mistakes their errors name, unanswered cells, and every flag or repair with its reason."""
     head = ["student", "score", "status", "notes"]

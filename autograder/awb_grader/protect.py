@@ -253,17 +253,21 @@ class OutsideVerdict(NbGraderPreprocessor):
 
 
 class FlagSubmission(NbGraderPreprocessor):
-    """After ``SaveAutoGrades``: a flagged submission is flagged in nbgrader's gradebook too."""
+    """After ``SaveAutoGrades``: a flagged submission is flagged in nbgrader's gradebook too, and
+    a student nbgrader created with no name gets the id as name (formgrader shows "last, first":
+    "None, None" otherwise; ``formgrader_view.name_students``)."""
 
     def preprocess(self, nb, resources):
-        meta = nb.metadata.get(META, {})
-        if meta.get("status") == "flagged":
-            from nbgrader.api import Gradebook
+        from nbgrader.api import Gradebook
 
-            info = resources["nbgrader"]
-            with Gradebook(info["db_url"]) as gb:
+        from .formgrader_view import name_students
+
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            name_students(gb, [info["student"]])
+            if nb.metadata.get(META, {}).get("status") == "flagged":
                 gb.find_submission_notebook(info["notebook"], info["assignment"], info["student"]).flagged = True
-                gb.db.commit()
+            gb.db.commit()
         return nb, resources
 
 
