@@ -32,7 +32,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from nbgrader.preprocessors import NbGraderPreprocessor
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Integer, default
 
 from .course import AUTOGRADER, ensure_kernel_path
@@ -94,28 +97,15 @@ def configure(c) -> None:
         c.SandboxGuard.unprotected = True
 
 
-class SandboxKernelManager:  # replaced below by the real class (imports jupyter_client lazily)
-    pass
+class SandboxKernelManager(AsyncKernelManager):
+    """jupyter_client's ``AsyncKernelManager`` whose kernel specs include the course's own
+    (``autograder/kernels/awb-sandbox``) before the usual Jupyter paths."""
 
-
-def _kernel_manager_class():
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
-
-    class SandboxKernelManager(AsyncKernelManager):
-        """jupyter_client's ``AsyncKernelManager`` whose kernel specs include the course's own
-        (``autograder/kernels/awb-sandbox``) before the usual Jupyter paths."""
-
-        @default("kernel_spec_manager")
-        def _sandbox_kernel_specs(self):
-            ksm = KernelSpecManager(data_dir=self.data_dir)
-            ksm.kernel_dirs = [str(KERNELS), *ksm.kernel_dirs]
-            return ksm
-
-    return SandboxKernelManager
-
-
-SandboxKernelManager = _kernel_manager_class()  # noqa: F811
+    @default("kernel_spec_manager")
+    def _sandbox_kernel_specs(self):
+        ksm = KernelSpecManager(data_dir=self.data_dir)
+        ksm.kernel_dirs = [str(KERNELS), *ksm.kernel_dirs]
+        return ksm
 
 
 def sandbox_mode(unprotected: bool = False) -> str:
@@ -170,42 +160,33 @@ def _error(ename: str, why: str):
     return new_output("error", ename=ename, evalue=why, traceback=[f"{ename}: {why}"])
 
 
-def _execute_class():
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from nbgrader.preprocessors import Execute
+class SandboxExecute(Execute):
+    """nbgrader's ``Execute``, except that a kernel that stops answering (it froze itself,
+    or a limit killed it) ends the run of that notebook instead of failing its grading:
+    every code cell not run yet gets an error output that says why (so it scores 0), the
+    submission is flagged, and the grading goes on."""
 
-    class SandboxExecute(Execute):
-        """nbgrader's ``Execute``, except that a kernel that stops answering (it froze itself,
-        or a limit killed it) ends the run of that notebook instead of failing its grading:
-        every code cell not run yet gets an error output that says why (so it scores 0), the
-        submission is flagged, and the grading goes on."""
+    def preprocess_cell(self, cell, resources, index):
+        self._awb_at = index
+        return super().preprocess_cell(cell, resources, index)
 
-        def preprocess_cell(self, cell, resources, index):
-            self._awb_at = index
-            return super().preprocess_cell(cell, resources, index)
-
-        def preprocess(self, nb, resources, km=None):
-            self._awb_at = 0
-            try:
-                return super().preprocess(nb, resources, km=km)
-            except (CellTimeoutError, DeadKernelError) as e:
-                first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-                why = (f"the kernel stopped answering ({type(e).__name__}: {first}): "
-                       f"this cell and every cell after it were not run")
-                for cell in nb.cells[self._awb_at:]:
-                    if cell.cell_type == "code":
-                        cell.outputs = [_error(STOPPED, why)]
-                meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
-                meta["status"] = "flagged"
-                where = nb.cells[self._awb_at].metadata.get("nbgrader", {}).get("grade_id", f"cell {self._awb_at}")
-                meta["reasons"] = [*meta.get("reasons", []), f"the kernel stopped answering in {where} "
-                                   f"(froze or was killed): the cells from there on were not run"]
-                return nb, resources
-
-    return SandboxExecute
-
-
-SandboxExecute = _execute_class()
+    def preprocess(self, nb, resources, km=None):
+        self._awb_at = 0
+        try:
+            return super().preprocess(nb, resources, km=km)
+        except (CellTimeoutError, DeadKernelError) as e:
+            first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+            why = (f"the kernel stopped answering ({type(e).__name__}: {first}): "
+                   f"this cell and every cell after it were not run")
+            for cell in nb.cells[self._awb_at:]:
+                if cell.cell_type == "code":
+                    cell.outputs = [_error(STOPPED, why)]
+            meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
+            meta["status"] = "flagged"
+            where = nb.cells[self._awb_at].metadata.get("nbgrader", {}).get("grade_id", f"cell {self._awb_at}")
+            meta["reasons"] = [*meta.get("reasons", []), f"the kernel stopped answering in {where} "
+                               f"(froze or was killed): the cells from there on were not run"]
+            return nb, resources
 
 
 def earned(nb) -> list[str]:
