@@ -218,10 +218,12 @@ def _rows(path):
         return sorted(tuple(r.items()) for r in csv.DictReader(fh))
 
 
+GRADE_FIELDS = ("sha", "score", "max_score", "status", "reasons", "failed_cells", "errors")   # not timings
+
+
 def _records(root):
     data = json.loads((root / "cohort_state.json").read_text())
-    return {(a, s): {k: v for k, v in r.items() if k not in ("seconds", "phases")}
-            for a, per in data.items() for s, r in per.items()}
+    return {(a, s): {k: r.get(k) for k in GRADE_FIELDS} for a, per in data.items() for s, r in per.items()}
 
 
 def _same(one: Path, multi: Path):
