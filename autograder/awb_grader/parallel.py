@@ -23,7 +23,7 @@ import multiprocessing as mp
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm

@@ -5,7 +5,8 @@ ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipyke
 
 * **bubblewrap** (``bwrap``, Debian package ``bubblewrap``): no network (own network
   namespace), own PID/IPC/UTS namespaces, a file system made only of read-only system and
-  Python directories, the workbook's helper package and the hidden checks; the student's own
+  Python directories, what the exercise provides of the workbook's helper package
+  (``provided.py``) and the hidden checks; the student's own
   working directory is the only writable place (plus a private ``/tmp``). ``solutions/``, the
   gradebook, the course root and other students' files are simply not there;
 * an **unprivileged user** (when the grader runs as root: uid ``60000 + worker``), so that
@@ -20,14 +21,15 @@ nbgrader's own per-cell time limit (``Execute.timeout``) interrupts a cell that 
 and :class:`LimitOutputBytes` truncates huge outputs before they reach the autograded
 notebook, the feedback and the gradebook.
 
-When ``bwrap`` is missing (or cannot create namespaces), grading still runs, with the
-resource limits only, and :func:`configure` prints a loud warning: student code can then
-read files and reach the network with the grader's permissions.
+When ``bwrap`` is missing (or cannot create namespaces), grading is refused unless the grader
+says the grades may be unprotected (``protect.sandbox_mode``); then it runs with the resource
+limits only, and :func:`configure` prints a loud warning: student code can then read files and
+reach the network with the grader's permissions. The kernel spec, the transport and the autograde
+steps are nbgrader settings, in the course's config (``protect.configure``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

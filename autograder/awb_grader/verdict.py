@@ -38,7 +38,6 @@ import os
 import re
 import struct
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
