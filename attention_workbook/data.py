@@ -10,6 +10,10 @@ Where the text comes from, in order:
 Every source is checked against the known size and SHA-256, so a truncated download or a
 different file is caught before anyone trains on it. If nothing works the error says what
 was tried and how to fix it.
+
+To train on another text on purpose (your own corpus; the test suite on a fresh clone with no
+copy of tiny-shakespeare and no internet), set ``AWB_CORPUS`` to its path: it is read as it is,
+unchecked, before any of the above.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 N_CHARS = 1_115_394
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 ENV_VAR = "AWB_TINYSHAKESPEARE"
+OTHER_CORPUS_ENV_VAR = "AWB_CORPUS"      # any text, on purpose: not checked against tiny-shakespeare
 CACHE_ENV_VAR = "AWB_CACHE"
 
 
@@ -60,7 +65,13 @@ def download(dest: Path, url: str = URL, timeout: float = 5.0) -> Path:
 
 def load_text(path: str | os.PathLike | None = None, download_timeout: float = 5.0,
               url: str = URL) -> str:
-    """The 1,115,394 characters of tiny-shakespeare (see the module docstring for the order)."""
+    """The 1,115,394 characters of tiny-shakespeare (see the module docstring for the order),
+    or, where ``AWB_CORPUS`` names a file, that file's text as it is."""
+    other = os.environ.get(OTHER_CORPUS_ENV_VAR)
+    if not path and other:
+        if not Path(other).expanduser().is_file():
+            raise DataUnavailable(f"${OTHER_CORPUS_ENV_VAR} = {other}: no such file")
+        return Path(other).expanduser().read_text(encoding="utf-8")
     tried = []
     explicit = path or os.environ.get(ENV_VAR)
     if explicit:

@@ -19,6 +19,7 @@ DEAD_URL = "http://127.0.0.1:9/input.txt"  # nothing listens there: fails at onc
 def isolated(monkeypatch, tmp_path):
     """No env var, an empty cache folder."""
     monkeypatch.delenv(data.ENV_VAR, raising=False)
+    monkeypatch.delenv(data.OTHER_CORPUS_ENV_VAR, raising=False)
     monkeypatch.setenv(data.CACHE_ENV_VAR, str(tmp_path / "cache"))
     return tmp_path
 
@@ -51,6 +52,16 @@ def test_wrong_file_is_rejected_with_the_checksum(isolated, monkeypatch):
     bad.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
     monkeypatch.setenv(data.ENV_VAR, str(bad))
     with pytest.raises(data.DataUnavailable, match="not the canonical tiny-shakespeare"):
+        data.load_text(url=DEAD_URL)
+
+
+def test_another_corpus_on_purpose_is_read_unchecked(isolated, monkeypatch):
+    own = isolated / "own.txt"
+    own.write_text("ADA:\nKeys and values.\n")
+    monkeypatch.setenv(data.OTHER_CORPUS_ENV_VAR, str(own))
+    assert data.load_text(url=DEAD_URL) == "ADA:\nKeys and values.\n"
+    monkeypatch.setenv(data.OTHER_CORPUS_ENV_VAR, str(isolated / "missing.txt"))
+    with pytest.raises(data.DataUnavailable, match="AWB_CORPUS"):
         data.load_text(url=DEAD_URL)
 
 
