@@ -132,6 +132,21 @@ def test_each_exercise_provides_only_what_its_import_cell_and_checks_use():
     assert "attention_workbook.gpt" in p08 and "attention_workbook.qkv" not in p08
 
 
+def test_the_provided_files_are_computed_once_per_exercise_for_the_launchers(monkeypatch):
+    """The grading process announces the list (SandboxGuard); each kernel's launcher, a new
+    process, reads it instead of reading the exercise again; the kernel itself never sees it."""
+    from awb_grader import provided
+
+    monkeypatch.delenv(provided.PROVIDED_ENV, raising=False)
+    A4 = "04_queries_keys_values"
+    computed = provided.provided_files(A4)
+    provided.announce(A4)
+    assert os.environ[provided.PROVIDED_ENV].split(os.pathsep) == [A4, *map(str, computed)]
+    monkeypatch.setattr(provided, "provided_modules", lambda *a: pytest.fail("computed again"))
+    assert provided.provided_files(A4) == computed
+    assert provided.PROVIDED_ENV not in sandbox.kernel_env()
+
+
 @pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
 def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch):
     """A reference the exercise does not provide is not there: delegating to it fails to import."""

@@ -142,6 +142,9 @@ class SandboxGuard(NbGraderPreprocessor):
                 raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
             mode = sandbox_mode(self.unprotected)
             os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
+            from .provided import announce
+
+            announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
             meta["sandbox"] = mode
             if mode != "bwrap":
                 self.log.warning(UNPROTECTED_NOTE)

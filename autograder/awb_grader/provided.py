@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+import os
 import re
 from pathlib import Path
-
-import nbformat
 
 from .course import AUTOGRADER, EXERCISES, REPO
 
@@ -95,10 +95,11 @@ def provided_modules(assignment: str, release: str | None = None) -> frozenset[s
     nb_path = Path(release) if release else EXERCISES / assignment / f"{assignment}.ipynb"
     full = {PACKAGE, f"{PACKAGE}.checks", f"{PACKAGE}.checks.core", f"{PACKAGE}.checks.own",
             f"{PACKAGE}.checks.ex{nn}", f"{PACKAGE}.checks.battery", f"{PACKAGE}.checks.battery.ex{nn}"}
-    nb = nbformat.read(nb_path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("solution"):
-            full |= _imports("\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+    # the notebook read as plain JSON: nbformat would bring jsonschema's start-up into every caller
+    for cell in json.loads(nb_path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            full |= _imports("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
     own, shared = _hidden_imports(nn)
     full |= own
     walked: dict[str, bool] = {}               # module -> walked whole (True) or at module level
@@ -115,15 +116,34 @@ def provided_modules(assignment: str, release: str | None = None) -> frozenset[s
     return frozenset(walked)
 
 
+PROVIDED_ENV = "AWB_PROVIDED"    # "<assignment>:<file>:<file>..." set by the grading process
+
+
 def provided_files(assignment: str, release: str | None = None) -> list[Path]:
-    """The files of :func:`provided_modules` (what the sandbox binds of the helper package)."""
+    """The files of :func:`provided_modules` (what the sandbox binds of the helper package). A
+    kernel's launcher (a new process per kernel) reads them from ``$AWB_PROVIDED``, which the
+    grading process sets once per submission (``protect.SandboxGuard``: :func:`announce`)."""
+    given = os.environ.get(PROVIDED_ENV, "")
+    if given.split(os.pathsep, 1)[0] == assignment and not release:
+        return [Path(p) for p in given.split(os.pathsep)[1:]]
     return sorted({_module_file(m) for m in provided_modules(assignment, release)})
+
+
+def announce(assignment: str) -> None:
+    """Put :func:`provided_files` of ``assignment`` in this process's environment, for the
+    kernels it starts (computed once per grading process and exercise)."""
+    if assignment_of_name(assignment) and os.environ.get(PROVIDED_ENV, "").split(os.pathsep, 1)[0] != assignment:
+        os.environ[PROVIDED_ENV] = os.pathsep.join([assignment, *map(str, provided_files(assignment))])
 
 
 _EXERCISE = re.compile(r"^\d\d_[A-Za-z0-9_]+$")
 
 
+def assignment_of_name(name: str) -> str | None:
+    """``name`` if it is one of the course's exercises."""
+    return name if _EXERCISE.match(name) and (EXERCISES / name / f"{name}.ipynb").exists() else None
+
+
 def assignment_of(cwd: str | Path) -> str | None:
     """The exercise a grading folder belongs to (``autograded/<student>/<assignment>``), if known."""
-    name = Path(cwd).name
-    return name if _EXERCISE.match(name) and (EXERCISES / name / f"{name}.ipynb").exists() else None
+    return assignment_of_name(Path(cwd).name)
