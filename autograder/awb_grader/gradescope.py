@@ -144,14 +144,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="zip to write (default build/gradescope/NN_topic.zip)")
     p.add_argument("--visibility", default="after_published", choices=VISIBILITIES[:2],
                    help="visibility of results that depend on hidden checks (default after_published)")
-    p.add_argument("--seeds", default=None, metavar="SECRET",
-                   help="derive new grading seeds (every rng(N) of the hidden checks) from this secret")
-    p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
-    p.add_argument("--memory-mb", type=int, default=None, help="memory limit of the student's kernel")
-    p.add_argument("--unprotected", action="store_true",
-                   help="grade even where bubblewrap cannot run in the platform's container (resource limits "
-                        "only: student code could then forge its own result); default: such a run reports a "
-                        "grader error instead")
+    harness.add_build_arguments(p)
 
 
 def main(argv=None) -> int:

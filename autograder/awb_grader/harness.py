@@ -39,6 +39,18 @@ SEED = re.compile(r"\brng\((\d+)\)")
 
 
 # -- building ----------------------------------------------------------------------------------
+def add_build_arguments(p) -> None:
+    """The options every platform's build takes (``gradescope``, ``prairielearn``)."""
+    p.add_argument("--seeds", default=None, metavar="SECRET",
+                   help="derive new grading seeds (every rng(N) of the hidden checks) from this secret")
+    p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
+    p.add_argument("--memory-mb", type=int, default=None, help="memory limit of the student's kernel")
+    p.add_argument("--unprotected", action="store_true",
+                   help="grade even where bubblewrap cannot run in the platform's container (resource limits "
+                        "only: student code could then forge its own result); default: such a run reports a "
+                        "grader error instead")
+
+
 def resolve(exercise: str) -> str:
     from .course import assignments
 

@@ -129,14 +129,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("exercise", help="e.g. 04 or 04_queries_keys_values")
     p.add_argument("--out", type=Path, default=None, help="folder to write (default build/prairielearn)")
     p.add_argument("--image", default="YOUR_DOCKERHUB_USER/awb-grader", help="the grading image's name")
-    p.add_argument("--seeds", default=None, metavar="SECRET",
-                   help="derive new grading seeds (every rng(N) of the hidden checks) from this secret")
-    p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
-    p.add_argument("--memory-mb", type=int, default=None, help="memory limit of the student's kernel")
-    p.add_argument("--unprotected", action="store_true",
-                   help="grade even where bubblewrap cannot run in the platform's container (resource limits "
-                        "only: student code could then forge its own result); default: such a run reports a "
-                        "grader error instead")
+    harness.add_build_arguments(p)
 
 
 def main(argv=None) -> int:
