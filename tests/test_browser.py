@@ -15,6 +15,7 @@ either the module is skipped with the reason, except under AWB_REQUIRE_BROWSER=1
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -81,21 +82,29 @@ def lab(tmp_path_factory):
         shutil.copy(REPO / rel, work / rel)
     shutil.copytree(REPO / "attention_workbook", work / "attention_workbook",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    settings = root / "settings"
+    with jupyterlab(root, work) as got:
+        yield got
+
+
+@contextlib.contextmanager
+def jupyterlab(tmp: Path, root_dir: Path, cwd: Path | None = None, drop: tuple = (), **env_extra):
+    """A JupyterLab server on 127.0.0.1 serving ``root_dir`` (started in ``cwd``), its settings,
+    config, runtime and log under ``tmp``; yields (base url, token) once it answers."""
+    settings = tmp / "settings"
     for name, value in SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(value))
     port, token = _free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
-    env.update(JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
-               OMP_NUM_THREADS="1")
-    log = open(root / "server.log", "w")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND", *drop)}
+    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
+               OMP_NUM_THREADS="1", **env_extra)
+    log = open(tmp / "server.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={work}", "--ServerApp.allow_root=True"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
+         f"--ServerApp.root_dir={root_dir}", "--ServerApp.allow_root=True"],
+        cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -107,7 +116,7 @@ def lab(tmp_path_factory):
             except OSError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("JupyterLab did not start:\n" + (root / "server.log").read_text()[-3000:])
+                raise RuntimeError("JupyterLab did not start:\n" + (tmp / "server.log").read_text()[-3000:])
             time.sleep(0.5)
         yield base, token
     finally:

@@ -22,20 +22,16 @@ with its reason on its submission's page, and every student has a readable name 
 from __future__ import annotations
 
 import csv
-import json
 import os
-import secrets
 import shutil
-import subprocess
 import sys
 import time
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
-from test_browser import CHROMIUM, SETTINGS, _free_port, browser, playwright_api  # noqa: F401 (fixture)
+from test_browser import CHROMIUM, browser, jupyterlab, playwright_api  # noqa: F401 (fixture)
 from test_doors import A, _run, door_cases
 
 from awb_grader import protect, sandbox
@@ -83,45 +79,11 @@ def lab(graded, tmp_path_factory):
     """JupyterLab with nbgrader's server extension, started in the course root; yields (url, token)."""
     root, _ = graded
     tmp = tmp_path_factory.mktemp("lab")
-    settings = tmp / "settings"
-    for name, value in SETTINGS.items():
-        (settings / name).parent.mkdir(parents=True, exist_ok=True)
-        (settings / name).write_text(json.dumps(value))
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
-               OMP_NUM_THREADS="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    env.pop(protect.UNPROTECTED_ENV, None)
-    log = open(tmp / "server.log", "w")
     # the course root is the working directory: formgrader reads its nbgrader_config.py from there
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("JupyterLab did not start:\n" + (tmp / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield base, token
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-        print("JupyterLab's log:", tmp / "server.log")
+    with jupyterlab(tmp, root, cwd=root, drop=(protect.UNPROTECTED_ENV,),
+                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}") as got:
+        yield got
+    print("JupyterLab's log:", tmp / "server.log")
 
 
 def _autograde(frame, student) -> str:
