@@ -109,10 +109,6 @@ class RemoteObject(Remote):
         return f"<{self.__name__} object (outside the kernel)>"
 
 
-def is_remote(x) -> bool:
-    return isinstance(x, Remote)
-
-
 def is_module(x) -> bool:
     return isinstance(x, nn.Module) or (isinstance(x, RemoteObject) and bool(x._info.get("module")))
 
@@ -121,10 +117,6 @@ def instance_of(obj, cls) -> bool:
     if isinstance(cls, RemoteClass):
         return isinstance(obj, RemoteObject) and cls.__name__ in obj._info.get("is", ())
     return isinstance(obj, cls)
-
-
-def type_name(obj) -> str:
-    return obj._info.get("type", "object") if isinstance(obj, RemoteObject) else type(obj).__name__
 
 
 # ---------------------------------------------------------------------------------------------
