@@ -10,9 +10,9 @@ from attention_workbook import config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
-import nbsrc  # noqa: E402
+import nbcells  # noqa: E402
 
-NOTEBOOKS = nbsrc.all_notebooks() + sorted(REPO.glob("exercises/*/*.ipynb"))
+NOTEBOOKS = nbcells.all_notebooks() + sorted(REPO.glob("exercises/*/*.ipynb"))
 
 
 def test_fallback_constants_match_pyproject():
@@ -44,7 +44,7 @@ def test_sync_links_is_idempotent(tmp_path, monkeypatch):
     """`make links` twice changes nothing the second time (the lead re-runs it after merges)."""
     import shutil
 
-    monkeypatch.setattr(nbsrc, "ROOT", tmp_path)
+    monkeypatch.setattr(nbcells, "ROOT", tmp_path)
     for rel in ("lectures/00_tensor_shapes.ipynb", "solutions/04_queries_keys_values/04_queries_keys_values.ipynb"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         nb = nbformat.read(REPO / rel, as_version=4)
@@ -53,9 +53,9 @@ def test_sync_links_is_idempotent(tmp_path, monkeypatch):
                 cell.source = "stale"
         nbformat.write(nb, tmp_path / rel)
     copies = sorted(tmp_path.rglob("*.ipynb"))
-    assert nbsrc.sync_links(copies) == copies
+    assert nbcells.sync(copies) == copies
     first = [p.read_bytes() for p in copies]
-    assert nbsrc.sync_links(copies) == []
+    assert nbcells.sync(copies) == []
     assert [p.read_bytes() for p in copies] == first
 
 
@@ -80,7 +80,7 @@ def test_colab_can_scroll_to_every_lecture_section(path):
     """A "Reread" link opens the lecture at a section: JupyterLab at ``#cell-id=<anchor>``, Colab at
     ``#scrollTo=<anchor>`` (the cell's ``metadata.id``); `make links` names each section's cell so."""
     nb = nbformat.read(path, as_version=4)
-    anchored = [(nbsrc.ANCHOR.search(c.source), c) for c in nb.cells if c.cell_type == "markdown"]
+    anchored = [(nbcells.ANCHOR.search(c.source), c) for c in nb.cells if c.cell_type == "markdown"]
     anchored = [(m.group(1), c) for m, c in anchored if m]
     assert anchored, "a lecture without section anchors"
     for anchor, cell in anchored:
