@@ -21,34 +21,17 @@ import dis
 import sys
 import types
 
+from . import graded
+
 PACKAGE = "attention_workbook"
 # modules with no graded content: plotting helpers, configuration, data download
 NEUTRAL = ("attention_workbook.plotting", "attention_workbook.config", "attention_workbook.data")
 
-EXERCISES: dict[str, dict] = {
-    "00": {"graded": ["pairwise_dots", "split_last", "batched_outer", "einsum_matmul", "center_tokens"],
-           "provided": []},
-    "01": {"graded": ["rnn_forward", "gradient_vs_distance"], "provided": []},
-    "02": {"graded": ["hard_lookup", "soft_lookup"], "provided": []},
-    "03": {"graded": ["simple_self_attention_loops", "simple_self_attention", "softmax_self_attention"],
-           "provided": ["attention_workbook.lookup"]},                       # the toy sentence data
-    "04": {"graded": ["softmax", "causal_mask", "padding_mask", "scaled_dot_product_attention", "bilinear_scores",
-                      "additive_scores", "einsum_attention", "SelfAttentionHead"], "provided": []},
-    "05": {"graded": ["split_heads", "merge_heads", "MultiHeadAttention", "mha_param_count", "from_torch"],
-           "provided": []},
-    "06": {"graded": ["sinusoidal_positions", "LayerNorm", "FeedForward", "TransformerBlock", "block_param_count",
-                      "from_torch_encoder_layer"],
-           "provided": ["attention_workbook.mha.MultiHeadAttention"]},       # exercise 05's answer
-    "07": {"graded": ["DecoderBlock", "Seq2SeqTransformer", "greedy_decode"],
-           "provided": ["attention_workbook.mha.MultiHeadAttention", "attention_workbook.blocks.FeedForward",
-                        "attention_workbook.blocks.TransformerBlock", "attention_workbook.blocks.sinusoidal_positions"]},
-    "08": {"graded": ["get_batch", "lr_at", "GPT", "generate"],
-           "provided": ["attention_workbook.gpt.Block"]},                    # the fallback block
-    "09": {"graded": ["online_softmax", "tiled_attention", "GroupedQueryAttention", "apply_rope",
-                      "sliding_window_mask", "generate_cached"],
-           "provided": ["attention_workbook.gpt.GPT", "attention_workbook.gpt.generate",   # lecture 08's model
-                        "attention_workbook.mha.split_heads", "attention_workbook.mha.merge_heads"]},
-}
+# Per exercise ("05"): the graded names (its answer cells) and the package objects it provides
+# (what its read-only cells before the first answer import: an earlier exercise's answer, toy
+# data), generated from the release notebooks (checks/graded.py).
+EXERCISES: dict[str, dict] = {ex[:2]: {"graded": list(graded.ANSWERS[ex]), "provided": list(graded.PROVIDED[ex])}
+                              for ex in graded.ANSWERS}
 
 
 def qualified(obj) -> str:

@@ -1,4 +1,5 @@
-"""Generate the student release (exercises/) from solutions/ with nbgrader, and check sync."""
+"""Generate the student release (exercises/) from solutions/ with nbgrader, and check sync (with
+attention_workbook/checks/graded.py, the graded items read from the release: graded_facts.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def diff(names: list[str] | None = None) -> list[str]:
                 same = (_normalised(a) == _normalised(b)) if rel.suffix == ".ipynb" else a.read_bytes() == b.read_bytes()
                 if not same:
                     problems.append(f"exercises/{name}/{rel} differs from solutions/{name} (run `make release`)")
-    return problems
+    from . import graded_facts
+
+    return problems + graded_facts.diff()      # attention_workbook/checks/graded.py vs the committed release
 
 
 def relpath(p: Path) -> str:
@@ -63,4 +66,7 @@ def write_release(names: list[str] | None = None) -> list[Path]:
     for name in names:
         if (EXERCISES / name).exists():
             shutil.rmtree(EXERCISES / name)
-    return generate(names)
+    from . import graded_facts
+
+    written = generate(names)
+    return written + [graded_facts.write()]     # the graded items, read from the new release

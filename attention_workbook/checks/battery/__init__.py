@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import graded
 from ..core import CheckFailed, call as _call  # noqa: F401 - re-exported for the exNN modules
 
 __all__ = ["ITEMS", "POINTS", "Item", "Report", "Row", "check_all", "exercise_key", "run", "DEFAULT_SEED"]
@@ -50,131 +51,9 @@ class Item:
     args: tuple[str, ...]
 
 
-# The graded test cells of every exercise, as in the released notebooks (a test compares this
-# table with the nbgrader metadata of exercises/*/*.ipynb: cell ids, points, the check called).
-ITEMS: dict[str, list[Item]] = {
-    "00_tensor_shapes": [
-        Item("test_pairwise_dots_shape", 1, "pairwise_dots_shape", ("pairwise_dots",)),
-        Item("test_pairwise_dots_values", 2, "pairwise_dots_values", ("pairwise_dots",)),
-        Item("test_split_last_shape", 1, "split_last_shape", ("split_last",)),
-        Item("test_split_last_values", 2, "split_last_values", ("split_last",)),
-        Item("test_split_last_error", 1, "split_last_error", ("split_last",)),
-        Item("test_batched_outer_shape", 1, "batched_outer_shape", ("batched_outer",)),
-        Item("test_batched_outer_values", 1, "batched_outer_values", ("batched_outer",)),
-        Item("test_einsum_matmul_2d", 2, "einsum_matmul_2d", ("einsum_matmul",)),
-        Item("test_einsum_matmul_batched", 1, "einsum_matmul_batched", ("einsum_matmul",)),
-        Item("test_center_tokens_values", 2, "center_tokens_values", ("center_tokens",)),
-    ],
-    "01_rnn_limitations": [
-        Item("test_rnn_forward_shape", 1, "rnn_forward_shape", ("rnn_forward",)),
-        Item("test_rnn_forward_values", 2, "rnn_forward_values", ("rnn_forward",)),
-        Item("test_rnn_forward_h0", 1, "rnn_forward_h0", ("rnn_forward",)),
-        Item("test_gradient_vs_distance_shape", 1, "gradient_vs_distance_shape", ("gradient_vs_distance",)),
-        Item("test_gradient_vs_distance_single", 1, "gradient_vs_distance_single", ("gradient_vs_distance",)),
-        Item("test_gradient_vs_distance_batch", 1, "gradient_vs_distance_batch", ("gradient_vs_distance",)),
-    ],
-    "02_attention_as_lookup": [
-        Item("test_hard_lookup_single", 2, "hard_lookup_single", ("hard_lookup",)),
-        Item("test_hard_lookup_batch", 1, "hard_lookup_batch", ("hard_lookup",)),
-        Item("test_soft_lookup_single", 2, "soft_lookup_single", ("soft_lookup",)),
-        Item("test_soft_lookup_batch", 2, "soft_lookup_batch", ("soft_lookup",)),
-        Item("test_soft_lookup_temperature", 2, "soft_lookup_temperature", ("soft_lookup",)),
-    ],
-    "03_simplified_self_attention": [
-        Item("test_loops_values", 2, "loops_values", ("simple_self_attention_loops",)),
-        Item("test_loops_batch", 1, "loops_batch", ("simple_self_attention_loops",)),
-        Item("test_simple_values", 2, "simple_values", ("simple_self_attention",)),
-        Item("test_simple_batch", 1, "simple_batch", ("simple_self_attention",)),
-        Item("test_softmax_values", 2, "softmax_values", ("softmax_self_attention",)),
-        Item("test_softmax_batch", 1, "softmax_batch", ("softmax_self_attention",)),
-    ],
-    "04_queries_keys_values": [
-        Item("test_softmax_values", 2, "softmax_values", ("softmax",)),
-        Item("test_softmax_dim", 1, "softmax_dim", ("softmax",)),
-        Item("test_softmax_stability", 2, "softmax_stability", ("softmax",)),
-        Item("test_causal_mask", 1, "causal_mask", ("causal_mask",)),
-        Item("test_padding_mask", 2, "padding_mask", ("padding_mask",)),
-        Item("test_sdpa_shapes", 1, "sdpa_shapes", ("scaled_dot_product_attention",)),
-        Item("test_sdpa_values", 3, "sdpa_values", ("scaled_dot_product_attention",)),
-        Item("test_sdpa_causal", 2, "sdpa_causal", ("scaled_dot_product_attention",)),
-        Item("test_sdpa_padding", 2, "sdpa_padding", ("scaled_dot_product_attention",)),
-        Item("test_bilinear_shapes", 1, "bilinear_shapes", ("bilinear_scores",)),
-        Item("test_bilinear_values", 2, "bilinear_values", ("bilinear_scores",)),
-        Item("test_additive_shapes", 1, "additive_shapes", ("additive_scores",)),
-        Item("test_additive_values", 2, "additive_values", ("additive_scores",)),
-        Item("test_einsum_values", 2, "einsum_values", ("einsum_attention",)),
-        Item("test_einsum_batch_dims", 1, "einsum_batch_dims", ("einsum_attention",)),
-        Item("test_einsum_mask", 1, "einsum_mask", ("einsum_attention",)),
-        Item("test_head_structure", 1, "head_structure", ("SelfAttentionHead",)),
-        Item("test_head_forward", 2, "head_forward", ("SelfAttentionHead",)),
-        Item("test_head_mask", 1, "head_mask", ("SelfAttentionHead",)),
-    ],
-    "05_multi_head_attention": [
-        Item("test_split_heads_shape", 1, "split_heads_shape", ("split_heads",)),
-        Item("test_split_heads_values", 2, "split_heads_values", ("split_heads",)),
-        Item("test_merge_heads", 2, "merge_heads", ("merge_heads",)),
-        Item("test_mha_init", 1, "mha_init", ("MultiHeadAttention",)),
-        Item("test_mha_self", 3, "mha_self", ("MultiHeadAttention",)),
-        Item("test_mha_weights", 1, "mha_weights", ("MultiHeadAttention",)),
-        Item("test_mha_mask", 2, "mha_mask", ("MultiHeadAttention",)),
-        Item("test_mha_cross", 2, "mha_cross", ("MultiHeadAttention",)),
-        Item("test_mha_param_count", 1, "mha_param_count", ("mha_param_count",)),
-        Item("test_from_torch", 2, "from_torch", ("from_torch", "MultiHeadAttention")),
-    ],
-    "06_transformer_block": [
-        Item("test_sinusoidal_shape", 1, "sinusoidal_shape", ("sinusoidal_positions",)),
-        Item("test_sinusoidal_values", 2, "sinusoidal_values", ("sinusoidal_positions",)),
-        Item("test_layernorm_params", 1, "layernorm_params", ("LayerNorm",)),
-        Item("test_layernorm_values", 2, "layernorm_values", ("LayerNorm",)),
-        Item("test_layernorm_eps", 1, "layernorm_eps", ("LayerNorm",)),
-        Item("test_feedforward_structure", 1, "feedforward_structure", ("FeedForward",)),
-        Item("test_feedforward_values", 2, "feedforward_values", ("FeedForward",)),
-        Item("test_block_pre_ln", 2, "block_pre_ln", ("TransformerBlock",)),
-        Item("test_block_post_ln", 2, "block_post_ln", ("TransformerBlock",)),
-        Item("test_block_mask", 1, "block_mask", ("TransformerBlock",)),
-        Item("test_block_param_count", 2, "block_param_count", ("block_param_count",)),
-        Item("test_from_torch_post_ln", 2, "from_torch_post_ln", ("from_torch_encoder_layer",)),
-        Item("test_from_torch_pre_ln", 1, "from_torch_pre_ln", ("from_torch_encoder_layer",)),
-    ],
-    "07_encoder_decoder": [
-        Item("test_decoder_shapes", 1, "decoder_shapes", ("DecoderBlock",)),
-        Item("test_decoder_values", 3, "decoder_values", ("DecoderBlock",)),
-        Item("test_decoder_causal", 1, "decoder_causal", ("DecoderBlock",)),
-        Item("test_decoder_masks", 2, "decoder_masks", ("DecoderBlock",)),
-        Item("test_seq2seq_shapes", 1, "seq2seq_shapes", ("Seq2SeqTransformer",)),
-        Item("test_seq2seq_causal", 1, "seq2seq_causal", ("Seq2SeqTransformer",)),
-        Item("test_seq2seq_source", 1, "seq2seq_source", ("Seq2SeqTransformer",)),
-        Item("test_seq2seq_padding", 1, "seq2seq_padding", ("Seq2SeqTransformer",)),
-        Item("test_greedy_single", 1, "greedy_single", ("greedy_decode",)),
-        Item("test_greedy_batch", 2, "greedy_batch", ("greedy_decode",)),
-        Item("test_greedy_last_position", 1, "greedy_last_position", ("greedy_decode",)),
-    ],
-    "08_train_a_gpt": [
-        Item("test_get_batch_shift", 2, "get_batch_shift", ("get_batch",)),
-        Item("test_get_batch_random", 1, "get_batch_random", ("get_batch",)),
-        Item("test_lr_at_warmup", 1, "lr_at_warmup", ("lr_at",)),
-        Item("test_lr_at_cosine", 2, "lr_at_cosine", ("lr_at",)),
-        Item("test_gpt_forward", 2, "gpt_forward", ("GPT",)),
-        Item("test_gpt_causal", 2, "gpt_causal", ("GPT",)),
-        Item("test_gpt_positions_tying", 2, "gpt_positions_and_tying", ("GPT",)),
-        Item("test_gpt_overfits", 1, "gpt_overfits", ("GPT",)),
-        Item("test_generate_basics", 2, "generate_basics", ("generate",)),
-        Item("test_generate_sampling", 2, "generate_sampling", ("generate",)),
-    ],
-    "09_attention_at_scale": [
-        Item("test_online_softmax_values", 2, "online_softmax_values", ("online_softmax",)),
-        Item("test_online_softmax_edge", 1, "online_softmax_edge", ("online_softmax",)),
-        Item("test_tiled_attention_values", 2, "tiled_attention_values", ("tiled_attention",)),
-        Item("test_tiled_attention_mask", 2, "tiled_attention_mask", ("tiled_attention",)),
-        Item("test_gqa_as_mha", 2, "gqa_as_mha", ("GroupedQueryAttention",)),
-        Item("test_gqa_groups", 2, "gqa_groups", ("GroupedQueryAttention",)),
-        Item("test_apply_rope_values", 2, "apply_rope_values", ("apply_rope",)),
-        Item("test_apply_rope_positions", 1, "apply_rope_positions", ("apply_rope",)),
-        Item("test_sliding_window_mask", 1, "sliding_window_mask_values", ("sliding_window_mask",)),
-        Item("test_generate_cached_equal", 2, "generate_cached_equal", ("generate_cached",)),
-        Item("test_generate_cached_steps", 1, "generate_cached_steps", ("generate_cached",)),
-    ],
-}
+# The graded test cells of every exercise, generated from the release notebooks' nbgrader
+# metadata (checks/graded.py): grade ids, points, and the visible check each cell's first line calls.
+ITEMS: dict[str, list[Item]] = {ex: [Item(*t) for t in tests] for ex, tests in graded.TESTS.items()}
 
 POINTS: dict[str, dict[str, int]] = {ex: {it.cell: it.points for it in items} for ex, items in ITEMS.items()}
 
