@@ -25,35 +25,26 @@ Shapes: B batch, H query heads, Hkv key/value heads, T positions, Dh = D / H per
 from __future__ import annotations
 
 import math
-import os
-import platform
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .machine import describe_cpu
 from .mha import merge_heads, split_heads
 
 
 # ----------------------------------------------------------------------------- the machine
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return describe_cpu().name
 
 
 def machine() -> str:
     """One line for beside a timing: the CPU, its cores, PyTorch's threads and the load now."""
-    try:
-        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    except OSError:
-        load = "load average n/a"
-    return f"{cpu_model()}, {os.cpu_count()} logical CPUs, {torch.get_num_threads()} torch threads; {load}"
+    cpu = describe_cpu()
+    return (f"{cpu.name}, {cpu.cores} logical CPUs, {torch.get_num_threads()} torch threads; "
+            f"{cpu.load_text(all_three=True)}")
 
 
 def _status(key: str) -> int | None:

@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 import os
-import platform
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from attention_workbook.machine import describe_cpu  # noqa: E402  (the one CPU description)
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return describe_cpu().name
 
 
 def cpu_flags() -> str:
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "unknown"
-    return ", ".join(f"{f}: {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
+    return describe_cpu().flags_text()
 
 
 def load() -> str:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        return "load average n/a"
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+    cpu = describe_cpu()
+    if cpu.load is None:
+        return cpu.load_text()
+    return f"{cpu.load_text(all_three=True)} on {cpu.cores} cores"
 
 
 def describe() -> str:
