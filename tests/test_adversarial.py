@@ -26,8 +26,17 @@ BWRAP = sandbox.bwrap_works()
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("adversarial")
     files = synth.adversarial_cohort(tmp / "in", EXERCISES / A / f"{A}.ipynb", REPO, sandboxed=BWRAP)
-    res = cohort.run_cohort(tmp / "in", tmp / "course", ["04"], workers=2, timeout=20, feedback=False, unprotected=not BWRAP,
-                            progress=False, say=lambda *a: None)
+    res = cohort.run_cohort(
+        tmp / "in",
+        tmp / "course",
+        ["04"],
+        workers=2,
+        timeout=20,
+        feedback=False,
+        unprotected=not BWRAP,
+        progress=False,
+        say=lambda *a: None,
+    )
     return files, res, {r.student: r for r in res.records}
 
 
@@ -69,22 +78,29 @@ def test_honest_grades_are_unaffected(batch):
     assert recs["ada"].status == "ok" and recs["dev"].status == "ok"
 
 
-@pytest.mark.parametrize("student,status,reason", [
-    ("loop", "flagged", "time limit"),
-    ("hog", "flagged", "memory"),
-    ("farid", "ok", "SyntaxError"),
-    ("jules", "ungradable", "invalid JSON"),
-    ("emptyed", "ungradable", "empty notebook"),
-    ("nina", "repaired", "graded as 04_queries_keys_values.ipynb"),
-    ("hana", "repaired", "metadata was missing"),
-    ("ivan", "repaired", "deleted"),
-    ("edwin", "flagged", "edited test cell"),
-    ("patch", "flagged", "re-checked outside"),
-    ("shout", "flagged", "output truncated"),
-    pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
-    pytest.param("writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
-    pytest.param("writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
-])
+@pytest.mark.parametrize(
+    "student,status,reason",
+    [
+        ("loop", "flagged", "time limit"),
+        ("hog", "flagged", "memory"),
+        ("farid", "ok", "SyntaxError"),
+        ("jules", "ungradable", "invalid JSON"),
+        ("emptyed", "ungradable", "empty notebook"),
+        ("nina", "repaired", "graded as 04_queries_keys_values.ipynb"),
+        ("hana", "repaired", "metadata was missing"),
+        ("ivan", "repaired", "deleted"),
+        ("edwin", "flagged", "edited test cell"),
+        ("patch", "flagged", "re-checked outside"),
+        ("shout", "flagged", "output truncated"),
+        pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
+        pytest.param(
+            "writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+        ),
+        pytest.param(
+            "writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+        ),
+    ],
+)
 def test_each_kind_is_flagged_with_a_clear_reason(batch, student, status, reason):
     _, _, recs = batch
     r = recs[student]
@@ -97,7 +113,7 @@ def test_sandbox_blocks_reading_solutions_and_fork_bombs(batch):
     assert "outside its folder" in " ".join(recs["reader"].reasons)
     assert {"test_softmax_values", "test_softmax_dim"} <= set(recs["reader"].failed_cells)
     assert "too many processes" in " ".join(recs["forker"].reasons)
-    assert recs["forker"].score >= recs["ada"].score - 1      # only causal_mask's test is lost
+    assert recs["forker"].score >= recs["ada"].score - 1  # only causal_mask's test is lost
 
 
 def test_patched_machinery_earns_nothing(batch):
@@ -117,14 +133,14 @@ def test_gradebook_is_consistent_and_untouched(batch):
     _, res, recs = batch
     with Gradebook(f"sqlite:///{res.root / 'gradebook.db'}") as gb:
         subs = {s.student.id: s for s in gb.assignment_submissions(A)}
-        assert set(subs) == set(recs)          # an ungradable file too: flagged at 0 (formgrader shows it)
+        assert set(subs) == set(recs)  # an ungradable file too: flagged at 0 (formgrader shows it)
         for s, sub in subs.items():
             assert sub.score == recs[s].score, s
             if recs[s].status == "ungradable":
                 assert sub.score == 0 and all(nb.flagged for nb in sub.notebooks), s
             for nb in sub.notebooks:
                 for g in nb.grades:
-                    assert g.score <= g.max_score, (s, g.name, g.score)   # nobody's grade was rewritten
+                    assert g.score <= g.max_score, (s, g.name, g.score)  # nobody's grade was rewritten
     assert not (REPO / "exercises" / "PWNED.txt").exists()
     autograded = res.root / "autograded" / "shout" / A / f"{A}.ipynb"
     assert autograded.stat().st_size < 1_000_000
@@ -133,8 +149,17 @@ def test_gradebook_is_consistent_and_untouched(batch):
 def test_rerun_is_idempotent(batch):
     _, res, _ = batch
     before = {p: (res.root / p).read_text() for p in ("grades.csv", "flags.csv")}
-    again = cohort.run_cohort(res.root.parent / "in", res.root, ["04"], workers=2, timeout=20, feedback=False, unprotected=not BWRAP,
-                              progress=False, say=lambda *a: None)
+    again = cohort.run_cohort(
+        res.root.parent / "in",
+        res.root,
+        ["04"],
+        workers=2,
+        timeout=20,
+        feedback=False,
+        unprotected=not BWRAP,
+        progress=False,
+        say=lambda *a: None,
+    )
     assert again.graded_now == []
     assert {p: (res.root / p).read_text() for p in before} == before
 

@@ -80,10 +80,17 @@ def test_stored_progress_bars_are_finished(path):
 
 def test_progress_bar_checker_sees_widget_and_text_bars(tmp_path):
     nb = nbformat.v4.new_notebook()
-    widget = nbformat.v4.new_output("display_data", data={"text/plain": "timing:   0%|          | 0/7 [00:00<?, ?it/s]"})
+    widget = nbformat.v4.new_output(
+        "display_data", data={"text/plain": "timing:   0%|          | 0/7 [00:00<?, ?it/s]"}
+    )
     done = nbformat.v4.new_output("display_data", data={"text/plain": "timing: 100%|##########| 7/7 [00:03<00:00]"})
-    text_bar = nbformat.v4.new_output("stream", name="stderr", text=" 40%|####  | 2/5\r100%|######| 5/5\n 10%|#  | 1/10\n")
-    nb.cells = [nbformat.v4.new_code_cell("", outputs=[widget]), nbformat.v4.new_code_cell("", outputs=[done, text_bar])]
+    text_bar = nbformat.v4.new_output(
+        "stream", name="stderr", text=" 40%|####  | 2/5\r100%|######| 5/5\n 10%|#  | 1/10\n"
+    )
+    nb.cells = [
+        nbformat.v4.new_code_cell("", outputs=[widget]),
+        nbformat.v4.new_code_cell("", outputs=[done, text_bar]),
+    ]
     p = tmp_path / "nb.ipynb"
     nbformat.write(nb, p)
     bad = unfinished_progress_bars(p)
@@ -93,6 +100,7 @@ def test_progress_bar_checker_sees_widget_and_text_bars(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # figures quoted from results/
 # ---------------------------------------------------------------------------------------------
+
 
 def _strip_code(text: str) -> str:
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
@@ -132,8 +140,10 @@ def results_problems(path: Path, root: Path = REPO) -> list[str]:
                 continue
             unmarked = UNMARKED_FIGURE.findall(RESULTS_LINK.sub(" ", unit))
             if unmarked:
-                problems.append(f"cell {i}: names results/ but quotes {unmarked} without linking each figure "
-                                f"to its file: {' '.join(unit.split())[:160]}")
+                problems.append(
+                    f"cell {i}: names results/ but quotes {unmarked} without linking each figure "
+                    f"to its file: {' '.join(unit.split())[:160]}"
+                )
     return problems
 
 
@@ -148,10 +158,13 @@ def test_results_checker_catches_a_wrong_figure(tmp_path):
     (tmp_path / "results" / "r.md").write_text("| run | loss |\n| a | 1.7986 |\n| b | 1.8939 |\ntook 313.8 s\n")
     (tmp_path / "lectures").mkdir()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell(
-        "Our preset reaches [1.80](../results/r.md), the baseline [1.89](../results/r.md) "
-        "in [314 s](../results/r.md).\n\nA wrong quote: [1.75](../results/r.md).\n\n"
-        "* an unmarked one: about 1.89 in 80 s (see `results/`)\n* dropout 0.2, no results named\n")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(
+            "Our preset reaches [1.80](../results/r.md), the baseline [1.89](../results/r.md) "
+            "in [314 s](../results/r.md).\n\nA wrong quote: [1.75](../results/r.md).\n\n"
+            "* an unmarked one: about 1.89 in 80 s (see `results/`)\n* dropout 0.2, no results named\n"
+        )
+    ]
     p = tmp_path / "lectures" / "08_x.ipynb"
     nbformat.write(nb, p)
     problems = results_problems(p, tmp_path)
@@ -163,6 +176,7 @@ def test_results_checker_catches_a_wrong_figure(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the progress helper itself
 # ---------------------------------------------------------------------------------------------
+
 
 def test_progress_outside_a_notebook_is_tqdm_auto():
     from tqdm.auto import tqdm as auto_tqdm
@@ -178,13 +192,20 @@ def test_progress_stores_the_finished_bar_when_executed_by_nbclient():
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from attention_workbook.progress import tqdm\n"
-                                          "for i in tqdm(range(7), desc='timing'):\n    pass"),
-                nbformat.v4.new_code_cell("with tqdm(total=4, desc='manual') as bar:\n    bar.update(4)")]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "from attention_workbook.progress import tqdm\nfor i in tqdm(range(7), desc='timing'):\n    pass"
+        ),
+        nbformat.v4.new_code_cell("with tqdm(total=4, desc='manual') as bar:\n    bar.update(4)"),
+    ]
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     texts = [o["data"]["text/plain"] for c in nb.cells for o in c.outputs if o.output_type == "display_data"]
     assert len(texts) == 2, texts
     assert texts[0].startswith("timing: 100%|") and "7/7" in texts[0], texts
     assert texts[1].startswith("manual: 100%|") and "4/4" in texts[1], texts
-    assert all("application/vnd.jupyter.widget-view+json" in o["data"]
-               for c in nb.cells for o in c.outputs if o.output_type == "display_data"), "the live widget is kept"
+    assert all(
+        "application/vnd.jupyter.widget-view+json" in o["data"]
+        for c in nb.cells
+        for o in c.outputs
+        if o.output_type == "display_data"
+    ), "the live widget is kept"

@@ -42,7 +42,6 @@ def test_colab_gets_the_release_not_a_branch():
 
 def test_sync_links_is_idempotent(tmp_path, monkeypatch):
     """`make links` twice changes nothing the second time (the lead re-runs it after merges)."""
-    import shutil
 
     monkeypatch.setattr(nbcells, "ROOT", tmp_path)
     for rel in ("lectures/00_tensor_shapes.ipynb", "solutions/04_queries_keys_values/04_queries_keys_values.ipynb"):
@@ -84,7 +83,9 @@ def test_colab_can_scroll_to_every_lecture_section(path):
     anchored = [(m.group(1), c) for m, c in anchored if m]
     assert anchored, "a lecture without section anchors"
     for anchor, cell in anchored:
-        assert cell.id == cell.metadata.get("id") == anchor, f"section {anchor!r}: cell not named after it; run `make links`"
+        assert cell.id == cell.metadata.get("id") == anchor, (
+            f"section {anchor!r}: cell not named after it; run `make links`"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,12 +97,15 @@ def test_colab_can_scroll_to_every_lecture_section(path):
 import functools  # noqa: E402
 import re  # noqa: E402
 
-HEADING = re.compile(r'^(?P<level>#{2,3})\s+(?:(?P<num>\d+)\.\s+)?(?P<title>.*?)\s*(?:<a id="(?P<anchor>[^"]+)"></a>)?\s*$')
+HEADING = re.compile(
+    r'^(?P<level>#{2,3})\s+(?:(?P<num>\d+)\.\s+)?(?P<title>.*?)\s*(?:<a id="(?P<anchor>[^"]+)"></a>)?\s*$'
+)
 LINK = re.compile(r"\]\((?P<path>[^()\s#]*)#(?P<anchor>[A-Za-z0-9_-]+)\)")
 FILE_ANCHOR = re.compile(r"lectures/(?P<lecture>\d\d_[a-z_]+)\.ipynb#(?P<anchor>[A-Za-z0-9_-]+)")
 CITATION = re.compile(
     r"(?:lecture (?P<lec>\d\d),? )?\bsection (?P<sec>\d+)(?:,? ['‘](?P<title>[^'’\n]+)['’])?"
-    r"(?P<link>\]?\s*\((?P<path>[^()\s#]*)#(?P<anchor>[A-Za-z0-9_-]+)\))?")
+    r"(?P<link>\]?\s*\((?P<path>[^()\s#]*)#(?P<anchor>[A-Za-z0-9_-]+)\))?"
+)
 
 
 def _norm(title: str) -> str:
@@ -228,9 +232,17 @@ def test_reference_patterns_still_find_citations():
     assert seen > 100, "the citation patterns found almost nothing: are the regexes still right?"
 
 
-@pytest.mark.parametrize("lecture", [
-    pytest.param(stem, marks=pytest.mark.xfail(strict=True, reason="issue 12: lecture renumbered on another branch"))
-    if stem in PENDING_REFERENCES else stem for stem in CITED])
+@pytest.mark.parametrize(
+    "lecture",
+    [
+        pytest.param(
+            stem, marks=pytest.mark.xfail(strict=True, reason="issue 12: lecture renumbered on another branch")
+        )
+        if stem in PENDING_REFERENCES
+        else stem
+        for stem in CITED
+    ],
+)
 def test_reread_links_point_at_existing_lecture_sections(lecture):
     """Hints, exercises and lectures cite `lectures/NN_topic.ipynb#anchor` and "lecture NN, section N
     'Title'": every anchor must exist, in the section cited, under the title cited."""
@@ -243,9 +255,13 @@ def test_reference_checker_catches_what_it_should(tmp_path):
     """The checker itself: a wrong section number, title or anchor is reported."""
     (tmp_path / "lectures").mkdir()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell('## 1. Shapes <a id="shapes"></a>\n### Splitting heads\n'
-                                              '## 2. Broadcasting <a id="broadcasting"></a>\n'
-                                              'See section 1 and [section 2](#broadcasting).')]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(
+            '## 1. Shapes <a id="shapes"></a>\n### Splitting heads\n'
+            '## 2. Broadcasting <a id="broadcasting"></a>\n'
+            "See section 1 and [section 2](#broadcasting)."
+        )
+    ]
     nbformat.write(nb, tmp_path / "lectures" / "00_demo.ipynb")
     (tmp_path / "attention_workbook" / "checks").mkdir(parents=True)
     (tmp_path / "attention_workbook" / "checks" / "ex00.py").write_text(
@@ -254,13 +270,14 @@ def test_reference_checker_catches_what_it_should(tmp_path):
         "C = \"lecture 00, section 2 'Shapes' (lectures/00_demo.ipynb#broadcasting)\"\n"
         "D = \"lecture 00, section 3 'Anything'\"\n"
         "E = \"lecture 00, section 2 'Broadcasting' (lectures/00_demo.ipynb#shapes)\"\n"
-        "F = \"see lectures/00_demo.ipynb#nowhere\"\n")
+        'F = "see lectures/00_demo.ipynb#nowhere"\n'
+    )
     found, seen = broken_references(tmp_path)
     problems = [text for _, text in found]
     text = "\n".join(problems)
     assert seen == 13, problems
-    assert "section 2 of 00_demo is 'broadcasting'" in text                 # C: wrong title
-    assert "00_demo has no section 3" in text                                # D: no such section
-    assert "#shapes is not in section 2" in text                             # E: anchor elsewhere
-    assert "#nowhere: no such anchor" in text                                # F
+    assert "section 2 of 00_demo is 'broadcasting'" in text  # C: wrong title
+    assert "00_demo has no section 3" in text  # D: no such section
+    assert "#shapes is not in section 2" in text  # E: anchor elsewhere
+    assert "#nowhere: no such anchor" in text  # F
     assert len(problems) == 4, problems  # A, B and the lecture's own references are fine

@@ -38,7 +38,11 @@ def test_stable_softmax_matches_torch_and_survives_large_scores():
 def test_attention_matches_pytorch(with_mask):
     g = torch.Generator().manual_seed(0)
     B, H, Tq, Tk, d, dv = 2, 3, 4, 6, 5, 7
-    q, k, v = torch.randn(B, H, Tq, d, generator=g), torch.randn(B, H, Tk, d, generator=g), torch.randn(B, H, Tk, dv, generator=g)
+    q, k, v = (
+        torch.randn(B, H, Tq, d, generator=g),
+        torch.randn(B, H, Tk, d, generator=g),
+        torch.randn(B, H, Tk, dv, generator=g),
+    )
     mask = (torch.rand(B, 1, Tq, Tk, generator=g) > 0.4) if with_mask else None
     if mask is not None:
         mask[..., 0] = True  # every query keeps at least one key

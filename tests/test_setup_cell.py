@@ -107,12 +107,21 @@ def _texts(cell):
 
 FAILURES = {
     # case: (url, release, {"python": the interpreter that runs pip}, what the first line must say)
-    "missing local repository": ("file:///nonexistent/attention-workbook", None, {},
-                                 "the repository is missing or private"),
+    "missing local repository": (
+        "file:///nonexistent/attention-workbook",
+        None,
+        {},
+        "the repository is missing or private",
+    ),
     "missing (HTTP 404)": ("{host}/missing/attention-workbook", None, {}, "the repository is missing or private"),
     "private (HTTP 401)": ("{host}/private/attention-workbook", None, {}, "the repository is missing or private"),
     "no network": ("https://127.0.0.1:9/attention-workbook/attention-workbook", None, {}, "no network"),
-    "no such release": ("file://{repo}", "v0.0.0-never-tagged", {}, "the repository has no release v0.0.0-never-tagged"),
+    "no such release": (
+        "file://{repo}",
+        "v0.0.0-never-tagged",
+        {},
+        "the repository has no release v0.0.0-never-tagged",
+    ),
     "pip missing": ("file://{repo}", None, {"python": "{nopip}"}, "pip is missing from this runtime"),
 }
 
@@ -149,10 +158,12 @@ def test_success_installs_the_pinned_release_and_prints_nothing(tmp_path, releas
     target = tmp_path / "site"  # stands for Colab's site-packages; pip installs there
     work = tmp_path / "content"
     work.mkdir()
-    prepare = _cell(f"import os, sys\nos.environ['PIP_TARGET'] = {str(target)!r}\n"
-                    "os.environ['PIP_NO_INDEX'] = '1'\n"
-                    "os.environ['PIP_NO_BUILD_ISOLATION'] = '0'  # build with this venv's setuptools, offline\n"
-                    f"sys.path.insert(0, {str(target)!r})")
+    prepare = _cell(
+        f"import os, sys\nos.environ['PIP_TARGET'] = {str(target)!r}\n"
+        "os.environ['PIP_NO_INDEX'] = '1'\n"
+        "os.environ['PIP_NO_BUILD_ISOLATION'] = '0'  # build with this venv's setuptools, offline\n"
+        f"sys.path.insert(0, {str(target)!r})"
+    )
     setup = _cell(config.setup_cell_source(f"file://{release_repo}"))
     check = _cell("print(attention_workbook.__file__, attention_workbook.__version__)")
     nb = _run([prepare, setup, check], work)
@@ -167,7 +178,8 @@ def test_local_checkout_needs_no_install(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [_cell(config.setup_cell_source()), _cell("print(attention_workbook.__file__)")]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO / "lectures")}}).execute(env=env)
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO / "lectures")}}
+    ).execute(env=env)
     assert nb.cells[0].outputs == []
     assert "".join(_texts(nb.cells[1])).strip() == str(REPO / "attention_workbook" / "__init__.py")

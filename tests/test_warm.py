@@ -82,7 +82,9 @@ def test_a_warm_kernel_is_a_fresh_process_of_its_own(tmp_path, monkeypatch):
         # set after the zygote started: a kernel still sees it (it reads its own environment)
         monkeypatch.setenv("AWB_WARM_PROBE", "seen")
         nb_a = _run([PROBE.format(cwd=str(a))], a)
-        nb_b = _run([PROBE.format(cwd=str(b)), "import time\nwhile True: time.sleep(0.01)", "print('after')"], b, timeout=3)
+        nb_b = _run(
+            [PROBE.format(cwd=str(b)), "import time\nwhile True: time.sleep(0.01)", "print('after')"], b, timeout=3
+        )
     lines_a, lines_b = _text(nb_a.cells[0]).splitlines(), _text(nb_b.cells[0]).splitlines()
     assert lines_a[0] == "True True seen" and lines_b[0] == "True True seen"
     assert lines_a[1] != lines_b[1], "two kernels drew the same NumPy seed"
@@ -94,9 +96,14 @@ def test_a_warm_kernel_is_a_fresh_process_of_its_own(tmp_path, monkeypatch):
 
 def test_a_kernel_the_zygote_cannot_honour_starts_new(tmp_path, monkeypatch, capfd):
     with warm_kernels():
-        monkeypatch.setenv("PYTHONHASHSEED", "123")   # read when Python starts: not the zygote's
-        nb = _run(["import sys, os\nprint(sys.flags.hash_randomization, os.environ['PYTHONHASHSEED'], 'torch' in sys.modules)"],
-                  tmp_path)
+        monkeypatch.setenv("PYTHONHASHSEED", "123")  # read when Python starts: not the zygote's
+        nb = _run(
+            [
+                "import sys, os\n"
+                "print(sys.flags.hash_randomization, os.environ['PYTHONHASHSEED'], 'torch' in sys.modules)"
+            ],
+            tmp_path,
+        )
     assert _text(nb.cells[0]) == "1 123 False\n"
     assert "differs from the zygote's in PYTHONHASHSEED" in capfd.readouterr().err
 
@@ -104,7 +111,7 @@ def test_a_kernel_the_zygote_cannot_honour_starts_new(tmp_path, monkeypatch, cap
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie has ended
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
     except OSError:
         return False
 
@@ -119,8 +126,12 @@ def test_nothing_is_left_running(tmp_path):
     def ours():
         """This test process's descendants that are zygotes, launchers or kernels (the other
         pytest worker's kernels are not counted)."""
-        rows = [line.split(None, 2) for line in
-                subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout.splitlines()]
+        rows = [
+            line.split(None, 2)
+            for line in subprocess.run(
+                ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True
+            ).stdout.splitlines()
+        ]
         parent = {int(r[0]): int(r[1]) for r in rows if len(r) == 3}
         args = {int(r[0]): r[2] for r in rows if len(r) == 3}
 
@@ -134,20 +145,20 @@ def test_nothing_is_left_running(tmp_path):
         return {pid: a for pid, a in args.items() if mine(pid) and ("awb_grader.warm" in a or "ipykernel" in a)}
 
     with warm_kernels():
-        _run(["print(1)"], tmp_path)                      # a notebook's kernel: ends with it
-        km = KernelManager(kernel_name=KERNEL_NAME)       # a kernel still running at the end
+        _run(["print(1)"], tmp_path)  # a notebook's kernel: ends with it
+        km = KernelManager(kernel_name=KERNEL_NAME)  # a kernel still running at the end
         km.start_kernel(cwd=str(tmp_path))
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         seen = ours()
-        assert sum("serve" in a for a in seen.values()) == 2, seen   # the zygote and its fork
+        assert sum("serve" in a for a in seen.values()) == 2, seen  # the zygote and its fork
         assert sum("launch" in a for a in seen.values()) == 1, seen
     kc.stop_channels()
     deadline = time.time() + 10
     while time.time() < deadline and any(_alive(p) for p in seen if "launch" not in seen[p]):
         time.sleep(0.2)
     assert [seen[p] for p in seen if "launch" not in seen[p] and _alive(p)] == []
-    km.shutdown_kernel(now=True)                          # its launcher: already ended with it
+    km.shutdown_kernel(now=True)  # its launcher: already ended with it
     assert not any(_alive(p) for p in seen)
     assert os.environ.get("AWB_WARM_SOCKET") is None

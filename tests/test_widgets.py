@@ -161,7 +161,9 @@ def _build_lectures(built, problems, left_out):
                 kwargs = {}
                 for key, arg in given:
                     if key not in cls.class_trait_names():
-                        problems.append(f"{where}: {key}= is not a trait of {name} in ipywidgets {ipywidgets.__version__}")
+                        problems.append(
+                            f"{where}: {key}= is not a trait of {name} in ipywidgets {ipywidgets.__version__}"
+                        )
                     kwargs[key] = value(arg)
                 if kwargs.get("options") is UNRESOLVED:
                     kwargs["options"] = ["a", "b"]
@@ -216,8 +218,10 @@ def test_lecture_widgets_build_under_installed_ipywidgets():
     result = build_all()
     assert not result["problems"], "\n".join(result["problems"])
     assert len(result["built"]) >= 20, result
-    print(f"ipywidgets {result['version']}: built {len(result['built'])}, "
-          f"left out {len(result['left_out'])} lecture-defined arguments")
+    print(
+        f"ipywidgets {result['version']}: built {len(result['built'])}, "
+        f"left out {len(result['left_out'])} lecture-defined arguments"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -228,12 +232,17 @@ def colab_stack():
         return OVERLAY
     fresh = OVERLAY.with_name(f"{OVERLAY.name}.{os.getpid()}")  # built aside, then moved in place
     shutil.rmtree(fresh, ignore_errors=True)
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(fresh),
-                        *COLAB_STACK], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(fresh), *COLAB_STACK],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode:
         shutil.rmtree(fresh, ignore_errors=True)
-        pytest.skip("cannot install Colab's ipywidgets 7.7.1 stack here (no package index?): "
-                    + (r.stderr.strip().splitlines() or ["pip failed"])[-1])
+        pytest.skip(
+            "cannot install Colab's ipywidgets 7.7.1 stack here (no package index?): "
+            + (r.stderr.strip().splitlines() or ["pip failed"])[-1]
+        )
     (fresh / ".complete").write_text(" ".join(COLAB_STACK))
     shutil.rmtree(OVERLAY, ignore_errors=True)
     fresh.rename(OVERLAY)
@@ -248,16 +257,20 @@ def _env(overlay):
 
 @pytest.mark.slow
 def test_lecture_widgets_build_the_same_under_colab_ipywidgets_7(colab_stack):
-    r = subprocess.run([sys.executable, __file__], env=_env(colab_stack), capture_output=True, text=True,
-                       cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [sys.executable, __file__], env=_env(colab_stack), capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     colab = json.loads(r.stdout)
     here = build_all()
     assert colab["version"].startswith("7.7"), colab["version"]
     assert not colab["problems"], "\n".join(colab["problems"])
     assert colab["built"].keys() == here["built"].keys()
-    differ = [f"{k}: 7.7 {colab['built'][k]} vs {here['version']} {here['built'][k]}"
-              for k in here["built"] if colab["built"][k] != here["built"][k]]
+    differ = [
+        f"{k}: 7.7 {colab['built'][k]} vs {here['version']} {here['built'][k]}"
+        for k in here["built"]
+        if colab["built"][k] != here["built"][k]
+    ]
     assert not differ, "\n".join(differ)
 
 
@@ -288,15 +301,22 @@ def test_interact_and_progress_bar_in_a_kernel(stack, request):
     views = [o for o in nb.cells[1].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert views, nb.cells[1].outputs
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    drawn = [o for m in state.values() if m["model_name"] == "OutputModel"
-             for o in m["state"].get("outputs", []) if "image/png" in o.get("data", {})]
+    drawn = [
+        o
+        for m in state.values()
+        if m["model_name"] == "OutputModel"
+        for o in m["state"].get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
     assert drawn, "interact's output widget holds no figure"
     sliders = [m["state"] for m in state.values() if m["model_name"] == "IntSliderModel"]
     assert [(s["value"], s["min"], s["max"]) for s in sliders] == [(3, 1, 9)]
     bar = [o["data"]["text/plain"] for o in nb.cells[2].outputs if "text/plain" in o.get("data", {})]
     assert bar and "7/7" in bar[-1] and "100%" in bar[-1], nb.cells[2].outputs
-    print(f"{stack}: ipywidgets {versions[0]}, IPython {versions[1]}, ipykernel {versions[2]}: "
-          f"figure drawn, bar stored as {bar[-1]!r}")
+    print(
+        f"{stack}: ipywidgets {versions[0]}, IPython {versions[1]}, ipykernel {versions[2]}: "
+        f"figure drawn, bar stored as {bar[-1]!r}"
+    )
 
 
 if __name__ == "__main__":
