@@ -9,7 +9,7 @@ checked by eye:
   (``toy_translation``): the cross-attention example of lecture 02;
 * one decoding step that must write a name its vocabulary lacks (``toy_copy``): lecture 02's
   example of attention used to copy from the source;
-* word vectors with named features for "The man eats breakfast" (``toy_embeddings``): the
+* word vectors with named features for "The baker sells bread" (``toy_embeddings``): the
   running example of lecture 03.
 
 No attention function lives here: the lectures write those in front of the reader and the
@@ -132,7 +132,7 @@ def toy_copy(d: int = 16, noise: float = 0.35, scale: float = 2.0, seed: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
-# Lecture 03: "The man eats breakfast"
+# Lecture 03: "The baker sells bread"
 # ---------------------------------------------------------------------------------------------
 
 EMBEDDING_FEATURES = ["noun", "person", "action", "food", "determiner", "singular"]
@@ -140,9 +140,9 @@ EMBEDDING_FEATURES = ["noun", "person", "action", "food", "determiner", "singula
 _WORD_VECTORS = {
     #              noun person action food  det  singular
     "The":        [0.2, 0.0,   0.0,   0.0,  1.0, 0.6],
-    "man":        [1.0, 1.0,   0.0,   0.0,  0.0, 0.8],
-    "eats":       [0.0, 0.4,   1.0,   0.5,  0.0, 0.5],
-    "breakfast":  [1.0, 0.0,   0.2,   1.0,  0.0, 0.3],
+    "baker":      [1.0, 1.0,   0.1,   0.3,  0.0, 0.8],
+    "sells":      [0.0, 0.4,   1.0,   0.2,  0.0, 0.5],
+    "bread":      [1.0, 0.0,   0.0,   1.0,  0.0, 0.3],
     "woman":      [1.0, 1.0,   0.0,   0.0,  0.0, 0.8],
     "cooks":      [0.0, 0.4,   1.0,   0.3,  0.0, 0.5],
     "a":          [0.2, 0.0,   0.0,   0.0,  1.0, 0.9],
@@ -151,7 +151,7 @@ _WORD_VECTORS = {
     "sleeps":     [0.0, 0.2,   1.0,   0.0,  0.0, 0.5],
 }
 
-SENTENCE = ["The", "man", "eats", "breakfast"]
+SENTENCE = ["The", "baker", "sells", "bread"]
 
 
 def vocabulary() -> list[str]:
@@ -159,7 +159,7 @@ def vocabulary() -> list[str]:
 
 
 def toy_embeddings(words: list[str] | str | None = None) -> torch.Tensor:
-    """(S, D) word vectors for ``words`` (default: "The man eats breakfast"), D = 6 named
+    """(S, D) word vectors for ``words`` (default: "The baker sells bread"), D = 6 named
     features (``EMBEDDING_FEATURES``). Accepts a list of words or a space-separated string."""
     if words is None:
         words = SENTENCE

@@ -34,14 +34,17 @@ def test_toy_translation_is_deterministic_and_aligned():
     assert a.alignment[1] == 2 and a.alignment[2] == 1  # "blue house" <- "casa azul" reordering
 
 
-def test_toy_embeddings_default_sentence_and_the_man():
+def test_toy_embeddings_default_sentence_and_the_baker():
     x = lookup.toy_embeddings()
     assert x.shape == (4, len(lookup.EMBEDDING_FEATURES))
-    assert torch.equal(x, lookup.toy_embeddings("The man eats breakfast"))
+    assert torch.equal(x, lookup.toy_embeddings("The baker sells bread"))
     sims = x @ x.T
-    # lecture 03: among the *other* words, "The" is most similar to "man" ...
+    # lecture 03: among the *other* words, "The" is most similar to "baker" ...
     others = sims[0, 1:]
     assert int(others.argmax()) == 0
+    # ... "baker" to "bread" (both singular nouns), and "baker" has the longest vector
+    assert int(sims[1, [0, 2, 3]].argmax()) == 2
+    assert int(x.norm(dim=-1).argmax()) == 1
     # ... but every word is most similar to itself (the diagonal dominates)
     assert sims.argmax(dim=-1).tolist() == [0, 1, 2, 3]
 

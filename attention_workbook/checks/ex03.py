@@ -2,7 +2,7 @@
 
 simple_self_attention_loops, simple_self_attention: y_i = (1/S) sum_j (x_i . x_j) x_j;
 softmax_self_attention: y_i = sum_j softmax_j(x_i . x_j) x_j. Inputs are the lecture's toy
-vectors for "The man eats breakfast" (S = 4, D = 6) and a small batch (B, S, D) = (2, 3, 5),
+vectors for "The baker sells bread" (S = 4, D = 6) and a small batch (B, S, D) = (2, 3, 5),
 with B, S and D all different so that mixing up the axes shows.
 """
 
@@ -20,7 +20,7 @@ SEC_SOFTMAX = f"lecture 03, section 6 'Softmax fixes it' ({LECTURE}#softmax)"
 
 
 def sentence() -> torch.Tensor:
-    """The lecture's (S, D) = (4, 6) vectors of "The man eats breakfast"."""
+    """The lecture's (S, D) = (4, 6) vectors of "The baker sells bread"."""
     from attention_workbook import lookup
 
     return lookup.toy_embeddings()
@@ -127,7 +127,7 @@ def loops_values(simple_self_attention_loops) -> None:
     for x in (sentence(), sentence()[:1]):
         _check(simple_self_attention_loops, "simple_self_attention_loops", x, simple_reference,
                simple_wrong_variants, SEC_LOOPS, "for each i: y_i = (1/S) * sum over ALL j of (x_i . x_j) * x_j")
-    passed("simple_self_attention_loops: 'The man eats breakfast' gives (1/S) sum_j (x_i . x_j) x_j")
+    passed("simple_self_attention_loops: 'The baker sells bread' gives (1/S) sum_j (x_i . x_j) x_j")
 
 
 def loops_batch(simple_self_attention_loops) -> None:
@@ -144,7 +144,7 @@ def simple_values(simple_self_attention) -> None:
     for x in (sentence(), sentence()[:1]):
         _check(simple_self_attention, "simple_self_attention", x, simple_reference, simple_wrong_variants,
                SEC_MATRIX, "y = (x @ x^T) @ x / S, with the (S, S) matrix of all dot products in the middle")
-    passed("simple_self_attention: (x x^T) x / S matches the formula on 'The man eats breakfast'")
+    passed("simple_self_attention: (x x^T) x / S matches the formula on 'The baker sells bread'")
 
 
 def simple_batch(simple_self_attention) -> None:
@@ -160,7 +160,7 @@ def softmax_values(softmax_self_attention) -> None:
     for x in (sentence(), sentence()[:1]):
         _check(softmax_self_attention, "softmax_self_attention", x, softmax_reference, softmax_wrong_variants,
                SEC_SOFTMAX, "weights = softmax(x @ x^T) over the last axis (each row sums to 1); y = weights @ x")
-    passed("softmax_self_attention: softmax(x x^T) x on 'The man eats breakfast'")
+    passed("softmax_self_attention: softmax(x x^T) x on 'The baker sells bread'")
 
 
 def softmax_batch(softmax_self_attention) -> None:
