@@ -15,61 +15,20 @@ import io
 import os
 import re
 import warnings
-from functools import lru_cache
 
 import nbformat
 import pytest
 
+import nbrun
 from attention_workbook.checks import battery
 from awb_grader import catalog
 from awb_grader.course import EXERCISES, REPO, SOLUTIONS, assignments
 
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
-
-
-@lru_cache(maxsize=None)
-def _plain_and_answer_cells(assignment: str) -> tuple[tuple[str | None, str], ...]:
-    """(grade_id or None, code) of the cells a learner runs before the battery: answers and plain
-    cells, without the setup cell, the test cells and the battery's own cell."""
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    out = []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if (cell.cell_type != "code" or "awb-setup" in cell.metadata.get("tags", []) or meta.get("grade")
-                or "check_all(" in cell.source):
-            continue
-        out.append((meta.get("grade_id") if meta.get("solution") else None, _MARKERS.sub("", cell.source)))
-    return tuple(out)
-
 
 def namespace(assignment: str, overrides: dict[str, str] | None = None) -> dict:
-    """The notebook's globals after its answer and plain cells ran, with ``overrides`` in place of
-    some answer cells (long demos skip, as under grading)."""
-    overrides = overrides or {}
-    ns: dict = {"__name__": "__main__"}
-    old, cwd = os.environ.get("NBGRADER_EXECUTION"), os.getcwd()
-    os.environ["NBGRADER_EXECUTION"] = "autograde"
-    os.chdir(SOLUTIONS / assignment)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            for gid, src in _plain_and_answer_cells(assignment):
-                try:
-                    exec(compile(overrides.get(gid, src), f"<cell {gid}>", "exec"), ns)  # noqa: S102
-                except Exception:  # noqa: BLE001 - a wrong answer may break a later demo cell, as in a notebook
-                    if not overrides:
-                        raise
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close("all")
-        os.chdir(cwd)
-        if old is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = old
-    return ns
+    """The notebook's globals after its answer and plain cells ran in-process (tests/nbrun.py), with
+    ``overrides`` in place of some answer cells (long demos skip, as under grading)."""
+    return nbrun.namespace(assignment, overrides)
 
 
 def _run(assignment, ns, cells=None, capsys=None):
@@ -128,8 +87,7 @@ ALL_ALTERNATIVES = [(a, alt) for a in assignments() for alt in catalog.alternati
 @pytest.mark.parametrize("assignment,alt", ALL_ALTERNATIVES, ids=[f"{a[:2]}-{x.id}" for a, x in ALL_ALTERNATIVES])
 def test_correct_alternatives_earn_every_point(assignment, alt, capfd):
     """Correct code written differently (einsum, loops, code that raises warnings) gets full marks."""
-    cells = {c for c, _ in _plain_and_answer_cells(assignment)}
-    unknown = set(alt.cells) - cells
+    unknown = set(alt.cells) - set(nbrun.answers(assignment))
     assert not unknown, unknown
     report = _run(assignment, namespace(assignment, alt.cells))
     assert report.earned == report.total, report.table()

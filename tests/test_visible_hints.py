@@ -14,82 +14,26 @@
 """
 
 import ast
-import contextlib
-import io
-import os
 import re
-import warnings
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import nbrun
 from attention_workbook.checks import CheckFailed
 from awb_grader import catalog
 from awb_grader.course import REPO, SOLUTIONS, assignments
 from awb_grader.variants import solution_cells
 
-_HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
-
 
 def run_cells(assignment: str, overrides: dict[str, str], hidden: bool = False,
               only: set[str] | None = None) -> dict[str, tuple[str | None, str]]:
-    """Execute the notebook's code in-process: {test cell id: (failure message or None, what
-    the cell wrote to stderr)}. Visible parts only unless ``hidden``; ``only`` limits the test
-    cells run (answer and plain cells always run). Python warnings are all turned on, as in a
-    kernel started with PYTHONWARNINGS=always."""
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    ns: dict = {"__name__": "__main__"}
-    results: dict[str, tuple[str | None, str]] = {}
-    old = os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = "autograde"  # notebooks skip long demos under grading
-    cwd = os.getcwd()
-    os.chdir(SOLUTIONS / assignment)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            for cell in nb.cells:
-                if cell.cell_type != "code" or "awb-setup" in cell.metadata.get("tags", []):
-                    continue
-                meta = cell.metadata.get("nbgrader", {})
-                gid = meta.get("grade_id")
-                if meta.get("solution"):
-                    src = overrides.get(gid, _MARKERS.sub("", cell.source))
-                elif meta.get("grade"):
-                    if only is not None and gid not in only:
-                        continue
-                    src = _MARKERS.sub("", cell.source) if hidden else _HIDDEN.sub("", cell.source)
-                else:
-                    src = cell.source
-                if not meta.get("grade"):
-                    try:
-                        with contextlib.redirect_stderr(io.StringIO()):
-                            exec(compile(src, f"<cell {gid}>", "exec"), ns)  # noqa: S102 - our notebooks
-                    except Exception:  # noqa: BLE001 - a broken answer cell, like in a notebook
-                        # with wrong code, later demo cells may fail too (as in a real notebook)
-                        if not (meta.get("solution") or overrides):
-                            raise
-                    continue
-                err = io.StringIO()
-                try:
-                    with contextlib.redirect_stderr(err):
-                        exec(compile(src, f"<cell {gid}>", "exec"), ns)  # noqa: S102
-                    results[gid] = (None, err.getvalue())
-                except CheckFailed as e:
-                    results[gid] = (e.plain(), err.getvalue())
-                except Exception as e:  # noqa: BLE001
-                    results[gid] = (f"{type(e).__name__}: {e}", err.getvalue())
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close("all")
-        os.chdir(cwd)
-        if old is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = old
-    return results
+    """{test cell id: (failure message or None, what the cell wrote to stderr)} after the notebook
+    ran in-process (tests/nbrun.py): visible parts only unless ``hidden``; ``only`` limits the
+    test cells run. Every Python warning is turned on, as in a kernel with PYTHONWARNINGS=always."""
+    results = nbrun.run(assignment, overrides, only=only, part="both" if hidden else "visible")[1]
+    return {k: (r.message, r.stderr) for k, r in results.items()}
 
 
 def run_visible(assignment: str, overrides: dict[str, str], only: set[str] | None = None) -> dict[str, str | None]:
