@@ -53,20 +53,29 @@ def test_slices_are_deterministic_and_cover_the_cohort_once():
 
 
 def test_cohort_shard_flag_sets_the_shard_root(monkeypatch):
-    seen = {}
+    from types import SimpleNamespace
 
-    def fake_main(argv):
-        seen["argv"], seen["active"] = argv, shards.ACTIVE
-        return 0
+    from awb_grader import __main__ as cli, cohort
+    from awb_grader.course import COHORT_ROOT
 
+    seen, graded = {}, [["a record"]]
+
+    def fake_run_cohort(source, root, exercises=None, **kw):
+        seen.clear()
+        seen.update(source=source, root=root, exercises=exercises, **kw)
+        return SimpleNamespace(records=graded[0], unmatched=[])
+
+    monkeypatch.setattr(cohort, "run_cohort", fake_run_cohort)
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
-    assert shards.intercept(["cohort", "lms.zip", "--course", "/x/c", "--shard", "3", "--workers", "2"], fake_main) == 0
-    assert seen["active"] == (1, 3) and shards.ACTIVE is None
-    assert seen["argv"] == ["cohort", "lms.zip", "--workers", "2", "--course", "/x/cluster/shard-0001-of-0003"
-                            .replace("/x/cluster", "/x/c/cluster")]
-    assert shards.intercept(["cohort", "lms.zip"], fake_main) is None          # no --shard: unchanged
-    # an empty slice (more shards than submissions) is not a failed array task
-    assert shards.intercept(["cohort", "lms.zip", "--shard", "0/9"], lambda argv: 2) == 0
+    assert cli.main(["cohort", "lms.zip", "--course", "/x/c", "--shard", "3", "--workers", "2"]) == 0
+    assert seen["root"] == Path("/x/c/cluster/shard-0001-of-0003") and seen["shard"] == (1, 3)
+    assert seen["source"] == Path("lms.zip") and seen["workers"] == 2
+    assert cli.main(["cohort", "lms.zip"]) == 0                     # no --shard: the whole cohort, unchanged
+    assert seen["root"] == COHORT_ROOT and seen["shard"] is None
+    # an empty slice (more shards than submissions) is not a failed array task; nothing to grade otherwise is
+    graded[0] = []
+    assert cli.main(["cohort", "lms.zip", "--shard", "0/9"]) == 0
+    assert cli.main(["cohort", "lms.zip"]) == 2
 
 
 # -- slow: a real Slurm cluster ------------------------------------------------------------------

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course, assignments as course_assignments
-from .pipeline import Record, _fmt
+from .pipeline import Record, _fmt, write_flags
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 
 # <student>_<anything_>NN_topic[ (1)|-2].ipynb  or  <student>/<anything_>NN_topic.ipynb
@@ -223,19 +222,24 @@ class CohortResult:
     timeline: list = field(default_factory=list)
 
 
-def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, workers: int | None = None,
-               pattern: str = DEFAULT_PATTERN, timeout: int = 60, unprotected: bool = False,
-               regrade: bool = False, feedback: bool = True, verdict: bool = True,
-               memory_mb: int = 4096, progress: bool = True, say=print,
-               shard: tuple[int, int] | None = None) -> CohortResult:
-    """Grade ``source`` (an LMS zip or a folder) into the course root ``root``. Refuses
-    (``protect.Refused``) where bubblewrap cannot run, unless ``unprotected``."""
+def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, workers: int | None = None,
+               pattern: str = DEFAULT_PATTERN, timeout: int = 60, memory_mb: int | None = None,
+               unprotected: bool = False, regrade: bool = False, feedback: bool = True, verdict: bool = True,
+               shard: tuple[int, int] | None = None, progress: bool = True, say=print) -> CohortResult:
+    """Grade ``source`` (an LMS zip or a folder) into the course root ``root``: every exercise, or
+    ``exercises`` (``"04"`` or ``"04_queries_keys_values"``). ``workers``: parallel graders
+    (default: the CPU cores, at most 8); ``timeout``: seconds per cell; ``memory_mb``: a kernel's
+    memory limit (default ``sandbox.Limits.memory_mb``); ``regrade``: grade unchanged submissions again;
+    ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
+    the collected submissions (:func:`shards.select`). Refuses (``protect.Refused``) where
+    bubblewrap cannot run, unless ``unprotected``."""
     from . import parallel, sandbox as sb
 
     t0 = time.perf_counter()
     steps = {"start": time.time()}
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
+    memory_mb = memory_mb or sb.Limits.memory_mb
     mode = sb.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
     course = Course(root, release_dir=root / "release", timeout=timeout)
     names = _resolve(exercises)
@@ -248,9 +252,10 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
         if not (course.release_root / a / f"{a}.ipynb").exists() or not _in_gradebook(course, a):
             course.generate_assignment(a)
     got = collect(Path(source), root / "inbox", course, names, pattern)
-    from .shards import ACTIVE, select  # issue 21 hook: a cluster shard grades its slice only
-    if shard or ACTIVE:
-        got.subs = select(got.subs, *(shard or ACTIVE))
+    if shard:
+        from .shards import select
+
+        got.subs = select(got.subs, *shard)
     n_files = sum(len(v) for v in got.subs.values())
     say(f"    {n_files} submission(s) from {len({s for v in got.subs.values() for s in v})} student(s)"
         + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else ""))
@@ -291,7 +296,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     say("3/4 export: nbgrader's CSV export plugin -> grades.csv; flags.csv")
     course.export_csv(root / "grades.csv")
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
-    write_flags(records, got.unmatched, root / "flags.csv")
+    write_flags(records, root / "flags.csv", got.unmatched)
     say("4/4 summary")
     res = CohortResult(root, records, [(r.assignment, r.student) for r in results], skipped,
                        got.unmatched, mode, time.perf_counter() - t0, steps=steps,
@@ -303,6 +308,18 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, wor
     say(res.summary)
     steps["done"] = time.time()
     return res
+
+
+def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 60, say=print) -> CohortResult:
+    """The cohort command over the empty folder ``empty``: builds the course (nbgrader
+    generate_assignment) where needed and exports grades.csv, flags.csv and the summary from the
+    gradebook and state. It grades nothing, so it runs without bubblewrap where bubblewrap cannot
+    run (and only then does its summary say so)."""
+    from .sandbox import bwrap_works
+
+    Path(empty).mkdir(parents=True, exist_ok=True)
+    return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
+                      say=say, unprotected=not bwrap_works())
 
 
 def _resolve(exercises: list[str] | None) -> list[str]:
@@ -328,18 +345,6 @@ def _in_gradebook(course: Course, assignment: str) -> bool:
             return bool(gb.find_assignment(assignment).notebooks)
         except MissingEntry:
             return False
-
-
-def write_flags(records: list[Record], unmatched: list[str], dest: Path) -> Path:
-    with open(dest, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
-        for r in records:
-            w.writerow([r.student, r.assignment, _fmt(r.score), _fmt(r.max_score), r.status,
-                        " | ".join(r.reasons), " ".join(r.failed_cells)])
-        for f in unmatched:
-            w.writerow(["?", "?", "", "", "unmatched", f"file {f!r} names no exercise (expected <student>_NN_topic.ipynb)", ""])
-    return dest
 
 
 # -- the summary ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ AUTOGRADER = REPO / "autograder"
 CONFIG_FILE = AUTOGRADER / "nbgrader_config.py"
 SOLUTIONS = REPO / "solutions"
 EXERCISES = REPO / "exercises"
+COHORT_ROOT = REPO / "build" / "cohort"      # the cohort command's course root unless --course says
 
 
 def assignments() -> list[str]:

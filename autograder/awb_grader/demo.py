@@ -20,7 +20,7 @@ import nbformat
 
 from . import catalog
 from .course import REPO, Course
-from .pipeline import grade_submissions, table, write_flags_csv
+from .pipeline import grade_submissions, table, write_flags
 from .variants import student_notebook
 from .warm import warm_kernels
 
@@ -95,7 +95,7 @@ def run(root: Path = DEMO_ROOT, quiet: bool = False) -> list:
         rows = grade_submissions(course, ASSIGNMENT, subs, progress=not quiet)
     say("4/5 export: nbgrader's CSV export plugin")
     course.export_csv(root / "grades.csv")
-    write_flags_csv(rows, root / "flags.csv")
+    write_flags(rows, root / "flags.csv")
     say(f"5/5 done in {time.perf_counter() - t0:.0f} s\n")
     say(table(rows))
     say(f"\ngrades (nbgrader export): {root / 'grades.csv'}\nflags and reasons:        {root / 'flags.csv'}\n"

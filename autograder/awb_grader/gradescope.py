@@ -147,18 +147,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     harness.add_build_arguments(p)
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:
-        return run(Path(os.environ.get("AWB_GRADESCOPE_BASE", "/autograder")))
-    if argv[:1] == ["prepare"]:
-        return prepare(Path(os.environ.get("AWB_GRADESCOPE_BASE", "/autograder")))
-    ap = argparse.ArgumentParser(prog="python -m awb_grader gradescope")
-    add_arguments(ap)
-    a = ap.parse_args(argv)
+def command(a: argparse.Namespace) -> int:
+    """``python -m awb_grader gradescope NN``: build the zip."""
     z = build(a.exercise, a.out, a.visibility, a.seeds, a.timeout, a.memory_mb, a.unprotected)
     print(f"wrote {z}: upload it as the assignment's autograder (Gradescope: Configure Autograder > Zip file)")
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m awb_grader.gradescope run|prepare``: what ``run_autograder`` and ``setup.sh`` call."""
+    argv = sys.argv[1:] if argv is None else argv
+    base = Path(os.environ.get("AWB_GRADESCOPE_BASE", "/autograder"))
+    if argv == ["run"]:
+        return run(base)
+    if argv == ["prepare"]:
+        return prepare(base)
+    print("usage: python -m awb_grader.gradescope run|prepare (the zip: python -m awb_grader gradescope NN)",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

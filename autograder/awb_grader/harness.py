@@ -13,7 +13,6 @@ grading core into a folder that a platform unpacks (``/autograder/source``,
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -217,34 +216,12 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
     return (prefix + text)[:2000], False
 
 
-def nothing_to_protect() -> bool:
-    """For a cohort run that grades nothing (building the course, exporting after a merge): let
-    it run without bubblewrap only where bubblewrap cannot run, so that its summary says so only
-    then."""
-    from . import sandbox
-
-    works = getattr(sandbox, "bwrap_works", None)
-    return not (works and works())
-
-
-def _cohort_kwargs(**kw):
-    """Keyword arguments for run_cohort, dropping what this version of it does not take."""
-    from .cohort import run_cohort
-
-    params = inspect.signature(run_cohort).parameters
-    return {k: v for k, v in kw.items() if k in params}
-
-
-def prepare(assignment: str, root: Path, timeout: int = 60, unprotected: bool = False, say=print) -> None:
+def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
     """Build the course (nbgrader generate_assignment) once, at setup: a cohort run over no
-    submissions."""
-    from .cohort import run_cohort
+    submissions (no student code runs, so no sandbox is needed yet)."""
+    from .cohort import build_course
 
-    empty = Path(root).parent / "awb-empty"
-    empty.mkdir(parents=True, exist_ok=True)
-    # nothing is graded here: no student code runs, so no sandbox is needed yet
-    run_cohort(empty, root, **_cohort_kwargs(exercises=[assignment], workers=1, timeout=timeout, feedback=False,
-                                             progress=False, say=say, unprotected=nothing_to_protect()))
+    build_course(root, [assignment], Path(root).parent / "awb-empty", timeout=timeout, say=say)
 
 
 def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: Path, timeout: int = 60,
@@ -271,12 +248,9 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
         from .cohort import run_cohort
 
-        kw = dict(exercises=[assignment], workers=1, timeout=timeout, unprotected=unprotected, feedback=False,
-                  progress=False, say=say, regrade=True)
-        if memory_mb:
-            kw["memory_mb"] = memory_mb
-        res = run_cohort(inbox, root, **_cohort_kwargs(**kw))
-        out.sandbox = getattr(res, "sandbox", "")
+        res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,
+                         unprotected=unprotected, regrade=True, feedback=False, progress=False, say=say)
+        out.sandbox = res.sandbox
         rec = next((r for r in res.records if r.assignment == assignment and r.student == STUDENT), None)
         if rec is None:
             out.reasons.append("the cohort command returned no record for the upload")

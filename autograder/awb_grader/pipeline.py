@@ -160,14 +160,18 @@ def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
             shutil.rmtree(d)
 
 
-def write_flags_csv(rows: list[Record], dest: Path) -> Path:
+def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) -> Path:
+    """``flags.csv``: every submission's status, reasons and failed cells, then one row per file
+    that names no exercise (the cohort command's collector lists them)."""
     with open(dest, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells",
-                    "misconceptions"])
-        for r in rows:
+        w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
+        for r in records:
             w.writerow([r.student, r.assignment, _fmt(r.score), _fmt(r.max_score), r.status,
-                        " | ".join(r.reasons), " ".join(r.failed_cells), " | ".join(r.misconceptions)])
+                        " | ".join(r.reasons), " ".join(r.failed_cells)])
+        for f in unmatched:
+            w.writerow(["?", "?", "", "", "unmatched",
+                        f"file {f!r} names no exercise (expected <student>_NN_topic.ipynb)", ""])
     return dest
 
 

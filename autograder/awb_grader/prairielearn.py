@@ -132,17 +132,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     harness.add_build_arguments(p)
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:
-        return run(Path(os.environ.get("AWB_PRAIRIELEARN_BASE", "/grade")))
-    ap = argparse.ArgumentParser(prog="python -m awb_grader prairielearn")
-    add_arguments(ap)
-    a = ap.parse_args(argv)
+def command(a: argparse.Namespace) -> int:
+    """``python -m awb_grader prairielearn NN``: write the question and the course files."""
     q = build(a.exercise, a.out, a.image, a.seeds, a.timeout, a.memory_mb, unprotected=a.unprotected)
     print(f"wrote {q} and {q.parents[2] / 'serverFilesCourse' / 'awb'}: copy both into your PrairieLearn course "
           f"(and build the image in {q.parents[2] / 'graders' / 'awb'})")
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m awb_grader.prairielearn run``: the entrypoint's command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["run"]:
+        return run(Path(os.environ.get("AWB_PRAIRIELEARN_BASE", "/grade")))
+    print("usage: python -m awb_grader.prairielearn run (the question: python -m awb_grader prairielearn NN)",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 STEPS = ("submitted", "autograded", "feedback", "originals")
@@ -71,69 +72,17 @@ def shard_roots(course: Path) -> list[Path]:
     return sorted(p for p in (Path(course) / "cluster").glob("shard-*") if (p / "gradebook.db").exists())
 
 
-# -- the command line (hooked into ``python -m awb_grader``) -----------------------------------
-ACTIVE: tuple[int, int] | None = None   # the shard of the ``cohort --shard`` command running now
+# -- the command line: ``python -m awb_grader merge`` (``__main__``) ----------------------------
+def add_merge_arguments(p) -> None:
+    from .course import COHORT_ROOT
+
+    p.add_argument("shards", nargs="*", type=Path, help="shard course roots (default: COURSE/cluster/shard-*)")
+    p.add_argument("--course", type=Path, default=COHORT_ROOT, help="course root (default build/cohort)")
 
 
-def intercept(argv, main) -> int | None:
-    """Handle ``gradescope``, ``prairielearn``, ``merge`` and ``cohort ... --shard I/N``; None
-    for every other command (``__main__`` goes on as before)."""
-    global ACTIVE
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        return None
-    if argv[0] == "gradescope":
-        from . import gradescope
-
-        return gradescope.main(argv[1:])
-    if argv[0] == "prairielearn":
-        from . import prairielearn
-
-        return prairielearn.main(argv[1:])
-    if argv[0] == "merge":
-        return merge_main(argv[1:])
-    if argv[0] != "cohort" or not any(x == "--shard" or x.startswith("--shard=") for x in argv):
-        return None
-    rest, spec, course = [], None, None
-    it = iter(argv)
-    for x in it:
-        if x == "--shard":
-            spec = next(it, "")
-        elif x.startswith("--shard="):
-            spec = x.split("=", 1)[1]
-        elif x == "--course":
-            course = next(it, "")
-        elif x.startswith("--course="):
-            course = x.split("=", 1)[1]
-        else:
-            rest.append(x)
-    i, n = parse(spec or "")
-    from .course import REPO
-
-    root = shard_root(Path(course) if course else REPO / "build" / "cohort", i, n)
-    print(f"shard {i}/{n}: grading its slice into {root}")
-    ACTIVE = (i, n)
-    try:
-        code = main(rest + ["--course", str(root)])
-    finally:
-        ACTIVE = None
-    if code == 2:        # nothing in this slice (more shards than submissions): not a failed task,
-        print(f"shard {i}/{n}: no submission in this slice")   # or the dependent merge never runs
-        return 0
-    return code
-
-
-def merge_main(argv) -> int:
-    import argparse
-
-    from .course import REPO
-
-    ap = argparse.ArgumentParser(prog="python -m awb_grader merge",
-                                 description="fold cluster shards' gradebooks into the course's (idempotent)")
-    ap.add_argument("shards", nargs="*", type=Path, help="shard course roots (default: COURSE/cluster/shard-*)")
-    ap.add_argument("--course", type=Path, default=None, help="course root (default build/cohort)")
-    a = ap.parse_args(argv)
-    course = (a.course or REPO / "build" / "cohort").resolve()
+def merge_command(a) -> int:
+    """Merge, print the cohort's summary; 2 when there was nothing to merge."""
+    course = a.course.resolve()
     roots = [p.resolve() for p in a.shards] or shard_roots(course)
     if not roots:
         print(f"no shard gradebooks under {course / 'cluster'}", file=sys.stderr)
@@ -148,22 +97,11 @@ def _quiet(*_a, **_k):
     pass
 
 
-def _cohort_over_nothing(course: Path, names: list[str], say=_quiet):
-    """The cohort command over an empty folder: builds the course (generate_assignment) where
-    needed, and exports grades.csv, flags.csv and the summary from the gradebook and state."""
-    from .cohort import run_cohort
-    from .harness import _cohort_kwargs, nothing_to_protect
-
-    empty = course / "cluster" / "empty"
-    empty.mkdir(parents=True, exist_ok=True)
-    return run_cohort(empty, course, **_cohort_kwargs(exercises=names, workers=1, feedback=False, progress=False,
-                                                      say=say, unprotected=nothing_to_protect()))
-
-
 def merge(course: Path, roots: list[Path], say=print) -> str:
     """Fold the shards ``roots`` into ``course``; returns the cohort summary."""
     from nbgrader.api import Gradebook
 
+    from .cohort import build_course
     from .parallel import store_submission, submission_data
 
     course = Path(course).resolve()
@@ -174,10 +112,9 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     names = sorted({a for st in states.values() for a in st})
     if not names:
         return NOTHING
-    import time
-
+    empty = course / "cluster" / "empty"
     t0 = time.perf_counter()
-    _cohort_over_nothing(course, names)
+    build_course(course, names, empty, say=_quiet)
     t_build = time.perf_counter() - t0
     main_state_path = course / STATE
     merged = json.loads(main_state_path.read_text()) if main_state_path.exists() else {}
@@ -202,7 +139,7 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     tmp.write_text(json.dumps({a: dict(sorted(p.items())) for a, p in sorted(merged.items())}, indent=1))
     tmp.replace(main_state_path)
     t_fold = time.perf_counter() - t0 - t_build
-    res = _cohort_over_nothing(course, names)
+    res = build_course(course, names, empty, say=_quiet)
     t_export = time.perf_counter() - t0 - t_build - t_fold
     say(f"merged {n} submission(s) from {len(roots)} shard(s) into {course}: "
         f"fold {t_fold:.2f} s, course build {t_build:.1f} s, export {t_export:.1f} s")
