@@ -73,9 +73,8 @@ def _init_worker(spec: CourseSpec, ids) -> None:
 
     extra = dict(spec.extra)
     # one BLAS/OpenMP thread per grading process (unless the caller set a number): the graded
-    # cells compute on small tensors, where a second thread costs more than it gains (one worker
-    # on 2 cores, per notebook: 04 1.82 s with one thread, 1.96 s with two; 08 3.24 s and 3.41 s)
-    # and workers x threads would oversubscribe the cores
+    # cells compute on small tensors, where a second thread costs more than it gains, and
+    # workers x threads would oversubscribe the cores
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     # this worker's own socket folder, runtime folder and sandbox uid

@@ -1,12 +1,12 @@
 """Warm grading kernels: each kernel is forked from a process that has already imported PyTorch.
 
 A grading kernel spends most of its life starting: a new Python, ipykernel and IPython, then
-``import torch`` in the notebook's first cell (about 2-3 s here, on every one of a few hundred
-notebooks), before the cells that are graded run in well under a second. This module keeps one
-*zygote* per grading process: a Python that has imported PyTorch, NumPy, IPython and ipykernel
-once, and forks a fresh kernel for every notebook. Each kernel is still its own process (a
-copy-on-write copy of the zygote, with its own memory from then on): one submission cannot see
-or change another's, and nbgrader drives it exactly as it drives its default kernel.
+``import torch`` in the notebook's first cell, on every one of a few hundred notebooks, before
+the cells that are graded run. This module keeps one *zygote* per grading process: a Python
+that has imported PyTorch, NumPy, IPython and ipykernel once, and forks a fresh kernel for
+every notebook. Each kernel is still its own process (a copy-on-write copy of the zygote, with
+its own memory from then on): one submission cannot see or change another's, and nbgrader
+drives it exactly as it drives its default kernel.
 
 What a forked kernel has that a new one would not: those modules already in ``sys.modules``
 (the workbook's own package is *not* preloaded: a cell that imports it runs that import, and
@@ -59,8 +59,8 @@ STARTUP_PREFIXES = ("PYTHON", "IPYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENB
                     "PYTORCH_", "CUDA_", "NUMEXPR_", "LANG", "LC_", "MPL", "HOME", "XDG_")
 
 
-# nbclient's "graceful" shutdown asks the kernel to exit and polls until it has (0.3-0.4 s a
-# notebook here); every output is in by then, so the grader stops it at once
+# nbclient's "graceful" shutdown asks the kernel to exit and polls until it has; every output
+# is in by then, so the grader stops it at once
 QUICK_SHUTDOWN = {"Execute.shutdown_kernel": "immediate"}
 
 
