@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 PACKAGE = "attention_workbook"
 
 
-def _parse(source: str):
+def parse(source: str):
+    """The cell's syntax tree without IPython's magics and shell lines (``%``, ``!``); None when
+    the rest is not Python."""
     lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
     try:
         return ast.parse("\n".join(lines))
@@ -36,7 +38,7 @@ def _parse(source: str):
         return None
 
 
-def _const_str(node) -> str | None:
+def const_str(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
@@ -106,7 +108,7 @@ class Env:
             base = self.resolve(node.value, local)
             return f"{base}.{node.attr}" if base else None
         if isinstance(node, ast.Subscript):
-            key = _const_str(node.slice)
+            key = const_str(node.slice)
             if key and ast.unparse(node.value) in ("sys.modules",) and _in_package(key):
                 return key
             base = self.resolve(node.value, local) if isinstance(node.value, ast.Call) else None
@@ -116,10 +118,10 @@ class Env:
             if fn == "getattr" and len(node.args) >= 2:
                 base = self.resolve(node.args[0], local)
                 if base:
-                    key = _const_str(node.args[1])
+                    key = const_str(node.args[1])
                     return f"{base}.{key}" if key else f"{base}.<computed name>"
             if fn in ("importlib.import_module", "import_module", "__import__") and node.args:
-                name = _const_str(node.args[0])
+                name = const_str(node.args[0])
                 if _in_package(name):
                     return name
             if fn in ("vars",) and node.args:
@@ -342,14 +344,14 @@ def scan(student_cells: list[str], all_cells: list[str], exercise: str) -> dict[
     env = Env()
     trees = []
     for src in all_cells:
-        tree = _parse(src)
+        tree = parse(src)
         if tree is None:
             continue
         for i, stmt in enumerate(_module_statements(tree)):
             env.bind_statement(stmt, i)
     student_defs: dict[str, list] = {}
     for src in student_cells:
-        tree = _parse(src)
+        tree = parse(src)
         if tree is None:
             continue
         trees.append(tree)

@@ -41,6 +41,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .delegation import const_str, parse
+
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 MACHINERY = {"torch", "np", "numpy", "F", "nn", "math", "checks", "core", "hidden", "builtins", "sys",
              "IPython", "get_ipython", "unittest", "testing", "awb_grader", "attention_workbook", "_base"}
@@ -59,9 +61,8 @@ def suspicious_code(source: str) -> list[str]:
     """Lines that rebind attributes of torch/numpy/the checks, touch sys.modules, builtins,
     excepthooks or IPython's error display: what patching the machinery looks like."""
     hits = []
-    try:
-        tree = ast.parse("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
-    except SyntaxError:
+    tree = parse(source)
+    if tree is None:
         return []
     for node in ast.walk(tree):
         targets = []
@@ -96,19 +97,13 @@ _DECODERS = {"b64decode", "b32decode", "b16decode", "b85decode", "a85decode", "u
 _ENCODING_MODULES = {"base64", "codecs", "binascii", "marshal", "zlib", "pickle", "importlib", "runpy"}
 
 
-def _const(node) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
 def obfuscation(source: str) -> list[str]:
     """What hides code from a reader: imports by computed names, encoded strings, code built at
     run time. None of it has a place in an answer cell of this workbook; where it appears the
     grader cannot tell what the code uses, so the submission is held for review by hand."""
     hits: list[str] = []
-    tree = None
-    try:
-        tree = ast.parse("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
-    except SyntaxError:
+    tree = parse(source)
+    if tree is None:
         return []
 
     def add(node, text):
@@ -127,7 +122,7 @@ def obfuscation(source: str) -> list[str]:
             fn = ast.unparse(node.func)
             last = fn.rsplit(".", 1)[-1]
             if fn in _DYNAMIC_IMPORT or last == "import_module":
-                name = _const(node.args[0]) if node.args else None
+                name = const_str(node.args[0]) if node.args else None
                 add(node, f"imports a module by name at run time ({fn}({name!r}))" if name is not None
                           else f"imports a module by a computed name ({fn})")
             elif fn in _DYNAMIC_CODE:
