@@ -190,28 +190,28 @@ def main() -> None:
     # autograde step (awb_grader.protect)
     from awb_grader.cohort import run_cohort
 
-    def cohort(zip_path: Path, dest: Path, names: list[str], w: int, warm: bool = False):
+    def cohort(zip_path: Path, dest: Path, names: list[str], w: int):
         t, c = time.perf_counter(), cpu()
         res = run_cohort(zip_path, dest, names, workers=w, unprotected=a.unprotected, progress=False,
                          say=lambda *x: None)
         return res, time.perf_counter() - t, cpu() - c
 
     full: dict = {}
-    phase: dict = {}            # (workers, warm) -> [(seconds of the notebooks phase, its workers' busy seconds)]
+    phase: dict = {}            # workers -> [(seconds of the notebooks phase, its workers' busy seconds)]
     graded_n = 0
-    order = [(W, True), (1, True), (W, True), (1, True)] if W > 1 else [(1, True), (1, True)]
-    for i, (w, warm) in enumerate(order):
-        res, wall, cpu_s = cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], w, warm)
-        full.setdefault((w, warm), []).append(wall)
+    order = [W, 1, W, 1] if W > 1 else [1, 1]
+    for i, w in enumerate(order):
+        res, wall, cpu_s = cohort(work / "cohort.zip", work / f"cohort_{i}_w{w}", [A], w)
+        full.setdefault(w, []).append(wall)
         span = notebooks_phase(res)
         if span is not None:
             busy = sum(t["ended"] - t["began"] for t in res.timeline)
-            phase.setdefault((w, warm), []).append((span[1] - span[0], busy))
+            phase.setdefault(w, []).append((span[1] - span[0], busy))
         per = [r.seconds for r in res.records if r.status != "ungradable"]
         graded_n = len(per)
-        tag, kernels = "[4]", "a new sandboxed kernel per notebook"
-        print(f"{tag} cohort command (collect, repair, sandbox={res.sandbox}, {kernels}, autograde, outside verdict, "
-              f"feedback, export, summary), {w} worker(s): {wall:.1f} s for {len(per)} graded notebooks = "
+        print(f"[4] cohort command (collect, repair, sandbox={res.sandbox}, a new sandboxed kernel per notebook, "
+              f"autograde, outside verdict, feedback, export, summary), {w} worker(s): {wall:.1f} s for "
+              f"{len(per)} graded notebooks = "
               f"{wall / len(per):.2f} s per notebook of wall time = {wall / len(per) / t_bare:.2f}x bare; "
               f"in its worker a notebook took {statistics.median(per):.2f} s (median) = "
               f"{statistics.median(per) / t_bare:.2f}x bare; CPU {cpu_s:.1f} s outside the sandboxed kernels, "
@@ -224,17 +224,17 @@ def main() -> None:
     mean = {k: statistics.mean(ts) for k, ts in full.items()}
     if W > 1:
         print(f"    cohort command speedup, {W} workers vs 1 (mean of two runs each, "
-              f"{', '.join(f'{x:.1f}' for x in full[(1, True)])} s vs {', '.join(f'{x:.1f}' for x in full[(W, True)])} s): "
-              f"{mean[(1, True)] / mean[(W, True)]:.2f}x end to end for {graded_n} notebooks")
-        if (1, True) in phase and (W, True) in phase:
+              f"{', '.join(f'{x:.1f}' for x in full[1])} s vs {', '.join(f'{x:.1f}' for x in full[W])} s): "
+              f"{mean[1] / mean[W]:.2f}x end to end for {graded_n} notebooks")
+        if 1 in phase and W in phase:
             # the fixed part of a run (collect, workers' start-up, export, summary) and the part that
             # grows with the cohort, each measured above: what a cohort of 300 students would see.
             # The part that grows is each worker's busy time per notebook, shared by the workers: a
             # small cohort's notebooks phase also holds its last worker's wait for the others (9
             # notebooks on 2 workers: 5 and 4), which 300 students spread thin
-            p1, pw = (statistics.mean(x[0] for x in phase[(w, True)]) for w in (1, W))
-            c1, cw = (statistics.mean(x[1] for x in phase[(w, True)]) / graded_n / w for w in (1, W))
-            f1, fw = mean[(1, True)] - p1, mean[(W, True)] - pw
+            p1, pw = (statistics.mean(x[0] for x in phase[w]) for w in (1, W))
+            c1, cw = (statistics.mean(x[1] for x in phase[w]) / graded_n / w for w in (1, W))
+            f1, fw = mean[1] - p1, mean[W] - pw
             n300 = 300 * graded_n / N
             print(f"    the notebooks alone: {p1:.1f} s vs {pw:.1f} s -> {p1 / pw:.2f}x; the rest of a run (collect, "
                   f"workers' start-up, export, summary) {f1:.1f} s with 1 worker, {fw:.1f} s with {W}; with every "
@@ -246,7 +246,7 @@ def main() -> None:
     if a.mix > 0:
         names = assignments()
         synth.make_cohort(work / "mix.zip", EXERCISES, names, a.mix, seed=9)
-        res, wall, _ = cohort(work / "mix.zip", work / "mix", names, W, True)
+        res, wall, _ = cohort(work / "mix.zip", work / "mix", names, W)
         graded = [r for r in res.records if r.status != "ungradable"]
         by = {n: [r.seconds for r in graded if r.assignment == n] for n in names}
         mix = wall / len(graded)
@@ -262,7 +262,7 @@ def main() -> None:
 
     # projection: 300 students x 9 exercises, from the measured wall time per notebook with W
     # workers on W cores (each worker's throughput as measured here, start-up included)
-    per_nb = mix if mix else mean[(W, True)] / max(1, len(gradable))
+    per_nb = mix if mix else mean[W] / max(1, len(gradable))
     what = "the mix of all exercises, [5]" if mix else f"exercise {A[:2]} as the typical notebook, [4]"
     total = 300 * 9 * per_nb
     print(f"projection for 300 students x 9 exercises ({what}: {per_nb:.2f} s per notebook of wall time with {W} "
