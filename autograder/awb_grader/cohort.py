@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import Course, assignments as course_assignments
+from .course import Course, resolve
 from .pipeline import Record, _fmt, write_flags
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 
@@ -242,7 +242,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     memory_mb = memory_mb or sb.Limits.memory_mb
     mode = sb.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
     course = Course(root, release_dir=root / "release", timeout=timeout)
-    names = _resolve(exercises)
+    names = resolve(exercises)
     say(f"sandbox: {mode}" + (" (bubblewrap, a new sandboxed kernel per notebook: no network, read-only system, "
                               f"only its own folder writable; memory {memory_mb} MB, {timeout} s per cell)"
                               if mode == "bwrap" else " (UNPROTECTED: resource limits only)"))
@@ -320,19 +320,6 @@ def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 6
     Path(empty).mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
                       say=say, unprotected=not bwrap_works())
-
-
-def _resolve(exercises: list[str] | None) -> list[str]:
-    allnames = course_assignments()
-    if not exercises:
-        return allnames
-    out = []
-    for e in exercises:
-        hit = [a for a in allnames if a == e or a[:2] == e.zfill(2)[:2]]
-        if not hit:
-            raise SystemExit(f"unknown exercise {e!r} (known: {', '.join(allnames)})")
-        out += [h for h in hit if h not in out]
-    return out
 
 
 def _in_gradebook(course: Course, assignment: str) -> bool:

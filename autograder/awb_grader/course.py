@@ -30,6 +30,21 @@ def assignments() -> list[str]:
     return sorted(p.name for p in SOLUTIONS.iterdir() if (p / f"{p.name}.ipynb").exists())
 
 
+def resolve(exercises: list[str] | None) -> list[str]:
+    """The assignments ``exercises`` name (``"04"`` or ``"04_queries_keys_values"``), in the
+    order given; every assignment when None or empty. An unknown name ends the command."""
+    allnames = assignments()
+    if not exercises:
+        return allnames
+    out = []
+    for e in exercises:
+        hit = [a for a in allnames if a == e or a[:2] == e.zfill(2)[:2]]
+        if not hit:
+            raise SystemExit(f"unknown exercise {e!r} (known: {', '.join(allnames)})")
+        out += [h for h in hit if h not in out]
+    return out
+
+
 def ensure_kernel_path() -> None:
     """Hidden test cells import ``awb_grader.hidden``: grading kernels inherit PYTHONPATH."""
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -84,7 +99,7 @@ class Course:
             local.write_text(text)
 
     def _local_config_text(self) -> str:
-        lines = [f"# Written by awb_grader: the course config plus this course root's paths.",
+        lines = ["# Written by awb_grader: the course config plus this course root's paths.",
                  f"load_subconfig({str(CONFIG_FILE)!r})",
                  "c = get_config()",
                  f"c.CourseDirectory.root = {str(self.root)!r}",

@@ -74,9 +74,9 @@ VISIBILITIES = ("after_published", "hidden", "after_due_date", "visible")
 def build(exercise: str, dest: Path | None = None, visibility: str = "after_published", seed_salt: str | None = None,
           timeout: int = 60, memory_mb: int | None = None, unprotected: bool = False) -> Path:
     """Write the autograder zip of ``exercise``; returns its path."""
-    from .course import REPO
+    from .course import REPO, resolve
 
-    a = harness.resolve(exercise)
+    [a] = resolve([exercise])
     if visibility not in VISIBILITIES:
         raise SystemExit(f"--visibility must be one of {', '.join(VISIBILITIES)}")
     dest = Path(dest or REPO / "build" / "gradescope" / f"{a}.zip").resolve()

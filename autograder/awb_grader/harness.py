@@ -50,15 +50,6 @@ def add_build_arguments(p) -> None:
                         "grader error instead")
 
 
-def resolve(exercise: str) -> str:
-    from .course import assignments
-
-    hit = [a for a in assignments() if a == exercise or a[:2] == exercise.zfill(2)[:2]]
-    if len(hit) != 1:
-        raise SystemExit(f"unknown exercise {exercise!r} (known: {', '.join(assignments())})")
-    return hit[0]
-
-
 def reseed_text(text: str, salt: str) -> tuple[str, int]:
     """Every ``rng(N)`` of a hidden-check module replaced by a seed derived from ``salt`` and N
     (the README's private-mirror advice, applied to a build): same checks, other cases."""

@@ -63,9 +63,9 @@ QUESTION_HTML = """<pl-question-panel>
 def build(exercise: str, out: Path | None = None, image: str = "YOUR_DOCKERHUB_USER/awb-grader",
           seed_salt: str | None = None, timeout: int = 60, memory_mb: int | None = None,
           job_timeout: int = 600, unprotected: bool = False) -> Path:
-    from .course import REPO, assignments
+    from .course import REPO, assignments, resolve
 
-    a = harness.resolve(exercise)
+    [a] = resolve([exercise])
     out = Path(out or REPO / "build" / "prairielearn").resolve()
     core = out / "serverFilesCourse" / "awb"
     if core.exists():
