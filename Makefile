@@ -24,6 +24,8 @@ help:
 	@echo "make cohort SUBMISSIONS=lms.zip   grade a whole cohort (every exercise): CSV, feedback, summary"
 	@echo "make adversarial    grade the adversarial cohort (hostile/broken submissions) and print the summary"
 	@echo "make bench-cohort   cohort grading: nbclient vs nbgrader, sequential vs parallel, sandbox cost"
+	@echo "make gradescope EX=04     the exercise's Gradescope autograder zip (build/gradescope/)"
+	@echo "make prairielearn EX=04   the exercise's PrairieLearn question and course files (build/prairielearn/)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed, found " + sys.version.split()[0]'
