@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .mha import MultiHeadAttention, attention, merge_heads, split_heads
+from .mha import MultiHeadAttention, _copy_linear, attention, merge_heads, split_heads
 
 
 class FeedForward(nn.Module):
@@ -115,12 +115,6 @@ def transformer_param_count(n_layers: int, d_model: int, d_ff: int | None = None
     total = n_layers * block_param_count(d_model, d_ff, bias)
     total += vocab * d_model + context * d_model
     return total + (2 * d_model if final_ln else 0)
-
-
-def _copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    dst.weight.copy_(weight)
-    if bias is not None:
-        dst.bias.copy_(bias)
 
 
 def _copy_mha(dst: MultiHeadAttention, src: nn.MultiheadAttention) -> None:

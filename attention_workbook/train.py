@@ -7,7 +7,7 @@
     torchrun --nproc_per_node=4 -m attention_workbook.train --preset large-gpu --out runs/ddp
     torchrun --nproc_per_node=2 -m attention_workbook.train --preset smoke --backend gloo   # CPU processes
 
-Same model (attention_workbook.gpt.GPT) and same loop (attention_workbook.gpt.train) as the
+Same model (attention_workbook.gpt.GPT) and same loop (attention_workbook.training.train) as the
 notebook. Under torchrun every process holds a replica wrapped in DistributedDataParallel, draws
 its own batches (seeded by its rank) and DDP averages the gradients, so the replicas stay
 identical; loss estimates are averaged over processes; only rank 0 writes the checkpoint
@@ -27,23 +27,17 @@ from pathlib import Path
 
 import torch
 
-from . import gpt
-from .data import char_dataset
+from .data import char_dataset, load_text
+from .devices import amp_dtype, pick_device
+from .gpt import GPT, generate
+from .presets import PRESETS, choose_preset, parse_overrides
+from .training import RunInfo, train
 
 
-def parse_value(v: str):
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(v.lower(), v)
-
-
-def setup_distributed(backend: str | None, device: str) -> gpt.RunInfo:
+def setup_distributed(backend: str | None, device: str) -> RunInfo:
     """Join the process group torchrun describes in the environment (or run alone)."""
     if "RANK" not in os.environ:           # not started by torchrun: one process, no process group
-        return gpt.RunInfo(device=device)
+        return RunInfo(device=device)
     import torch.distributed as dist
 
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
@@ -52,13 +46,13 @@ def setup_distributed(backend: str | None, device: str) -> gpt.RunInfo:
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     dist.init_process_group(backend=backend)
-    return gpt.RunInfo(device=device, rank=rank, world_size=world)
+    return RunInfo(device=device, rank=rank, world_size=world)
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m attention_workbook.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default=None, help=f"one of {sorted(gpt.PRESETS)} (default: by device, or $AWB_PRESET)")
+    ap.add_argument("--preset", default=None, help=f"one of {sorted(PRESETS)} (default: by device, or $AWB_PRESET)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a preset field, e.g. max_iters=500, n_layer=4, lr=1e-3")
     ap.add_argument("--max-seconds", type=float, default=None,
@@ -73,19 +67,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    device = args.device or gpt.pick_device()
+    device = args.device or pick_device()
     run = setup_distributed(args.backend, device)
-    name = gpt.choose_preset(run.device.split(":")[0], args.preset)
-    cfg = gpt.PRESETS[name].with_overrides(**{k: parse_value(v) for k, v in (kv.split("=", 1) for kv in args.set)})
+    name = choose_preset(run.device.split(":")[0], args.preset)
+    cfg = PRESETS[name].with_overrides(**parse_overrides(args.set))
     if args.max_seconds is not None:
         cfg = replace(cfg, max_seconds=args.max_seconds or None)
-    run.dtype = gpt.amp_dtype(run.device, cfg.precision)
+    run.dtype = amp_dtype(run.device, cfg.precision)
 
-    from .data import load_text
     ds = char_dataset(load_text(args.data))
     cfg = replace(cfg, model=replace(cfg.model, vocab_size=ds.vocab_size))
     torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = gpt.GPT.from_config(cfg.model).to(run.device)
+    model = GPT.from_config(cfg.model).to(run.device)
     if "RANK" in os.environ:               # under torchrun, even with one process: the DDP path
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[run.device] if run.device.startswith("cuda") else None)
@@ -103,8 +96,8 @@ def main(argv=None) -> dict:
 
     ckpt = args.out / "ckpt.pt"
     t0 = time.perf_counter()
-    hist = gpt.train(model, cfg, ds.train, ds.val, run=run, ckpt_path=ckpt, resume=not args.no_resume,
-                     chars=ds.chars, progress=not args.quiet, on_eval=report)
+    hist = train(model, cfg, ds.train, ds.val, run=run, ckpt_path=ckpt, resume=not args.no_resume,
+                 chars=ds.chars, progress=not args.quiet, on_eval=report)
     seconds = time.perf_counter() - t0
     summary = {"preset": cfg.name, "rank": run.rank, "world_size": run.world_size, "steps": hist["last_step"],
                "val_loss": hist["val"][-1], "train_loss": hist["train"][-1], "seconds": seconds,
@@ -118,8 +111,8 @@ def main(argv=None) -> dict:
               f"{summary['tokens_per_s'] or 0:,.0f} tokens/s, val loss {summary['val_loss']:.4f}; checkpoint {ckpt}")
         if args.sample:
             start = torch.tensor([ds.encode("\n")], device=run.device)
-            out = gpt.generate(raw, start, args.sample, temperature=0.8, top_k=20,
-                               generator=torch.Generator(device=run.device.split(":")[0]).manual_seed(0))
+            out = generate(raw, start, args.sample, temperature=0.8, top_k=20,
+                           generator=torch.Generator(device=run.device.split(":")[0]).manual_seed(0))
             print(ds.decode(out[0]))
     (args.out).mkdir(parents=True, exist_ok=True)
     (args.out / f"summary_rank{run.rank}.json").write_text(json.dumps(summary, indent=1))

@@ -14,7 +14,7 @@
    start-up and final checkpoint (measured the same way), so both commands take the same wall
    time from start to finished checkpoint; the learning-rate schedule is laid over the budget.
 3. **One yardstick** for both checkpoints: the mean loss over every 64-character window of the
-   validation split (``gpt.val_loss_windows``: all 1,742 windows, every character predicted
+   validation split (``training.val_loss_windows``: all 1,742 windows, every character predicted
    once), computed here, outside both training commands.
 
 The figure is the ratio of the two losses at (about) equal wall time (goal: <= 0.96). Both
@@ -42,7 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import torch  # noqa: E402
 
-from attention_workbook import gpt  # noqa: E402
+from attention_workbook import presets, training  # noqa: E402
 from attention_workbook.data import char_dataset, load_text  # noqa: E402
 from machine_info import cpu_flags, cpu_model  # noqa: E402
 
@@ -123,14 +123,14 @@ def run_preset(preset: str, budget: float, out_dir: Path, threads: int | None, o
 
 def yardstick(model, val: torch.Tensor) -> float:
     torch.manual_seed(0)
-    return gpt.val_loss_windows(model, val, 64, batch_size=64)
+    return training.val_loss_windows(model, val, 64, batch_size=64)
 
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nanogpt", type=Path, required=True,
                     help="an unmodified nanoGPT checkout (offline copy: ../shared/anchors/nanogpt)")
-    ap.add_argument("--preset", default="cpu", choices=sorted(gpt.PRESETS))
+    ap.add_argument("--preset", default="cpu", choices=sorted(presets.PRESETS))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset field")
     ap.add_argument("--threads", type=int, default=None, help="OMP threads for both runs (default: PyTorch's)")
     ap.add_argument("--repeats", type=int, default=1, help="pairs to run; the order alternates")
@@ -185,7 +185,7 @@ def main(argv=None) -> list[dict]:
                     out = work / f"preset{r}"
                     row["preset"] = run_preset(args.preset, max(wall - overhead, 1.0), out, args.threads,
                                                args.set, text_path)
-                    model, ck = gpt.model_from_checkpoint(out / "ckpt.pt")
+                    model, ck = training.model_from_checkpoint(out / "ckpt.pt")
                     row["preset"].update(budget_seconds=round(wall - overhead, 1), params=model.num_params(),
                                          val=round(yardstick(model, val), 4))
                     print(f"[{r}] preset {args.preset}: {row['preset']['wall_seconds']} s wall "

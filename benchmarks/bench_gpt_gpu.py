@@ -4,7 +4,7 @@
     python benchmarks/bench_gpt_gpu.py --runs t4-fp16 large-gpu     # some of them
     python benchmarks/bench_gpt_gpu.py --runs t4-fp16 --set max_iters=500   # a shorter try
 
-Runs (each a preset of attention_workbook.gpt, trained by attention_workbook.gpt.train):
+Runs (each a preset of attention_workbook.presets, trained by attention_workbook.training.train):
 
 * ``t4-fp16``      the ``t4`` preset forced to fp16 autocast + GradScaler: what a Colab T4 runs;
 * ``large-gpu`` / ``large-gpu-compile``  the ``large-gpu`` preset as an A100/H100 runs it (bf16),
@@ -13,7 +13,7 @@ Runs (each a preset of attention_workbook.gpt, trained by attention_workbook.gpt
   ``torch.compile``: what compiling gains (tokens/s side by side).
 
 The yardstick is the same for every run: the mean loss over every 256-character window of the
-validation split (``gpt.val_loss_windows``), measured every ``eval_interval`` steps; the clock
+validation split (``training.val_loss_windows``), measured every ``eval_interval`` steps; the clock
 stops while it is measured, so "time to val <= 1.50" counts training seconds only (compilation
 is done before the clock starts and reported on its own). MFU = model FLOPs per second / the
 GPU's dense bf16/fp16 peak, with nanoGPT's count of 6 N + 12 L d T FLOPs per token.
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from attention_workbook import gpt  # noqa: E402
+from attention_workbook import devices, gpt, presets, training  # noqa: E402
 from attention_workbook.data import char_dataset  # noqa: E402
 
 TARGET = 1.50
@@ -49,15 +49,6 @@ RUNS = {
     "t4-bf16-1000": ("t4", {"precision": "bf16", "max_iters": 1000}),
     "t4-compile-1000": ("t4", {"precision": "bf16", "max_iters": 1000, "compile": True}),
 }
-
-
-def parse_value(v: str):
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(v.lower(), v)
 
 
 def environment() -> dict:
@@ -75,7 +66,7 @@ def environment() -> dict:
     return env
 
 
-def sdpa_kernels(model: gpt.GPT, cfg: gpt.TrainConfig, data: torch.Tensor, device: str, dtype) -> list[str]:
+def sdpa_kernels(model: gpt.GPT, cfg: presets.TrainConfig, data: torch.Tensor, device: str, dtype) -> list[str]:
     """Names of the attention kernels one training step launches (PyTorch's profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -84,7 +75,7 @@ def sdpa_kernels(model: gpt.GPT, cfg: gpt.TrainConfig, data: torch.Tensor, devic
     model.train()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
     with profile(activities=acts) as prof:
-        with gpt.autocast(device, dtype):
+        with devices.autocast(device, dtype):
             _, loss = model(x, y)
         loss.backward()
         if device.startswith("cuda"):
@@ -97,9 +88,9 @@ def sdpa_kernels(model: gpt.GPT, cfg: gpt.TrainConfig, data: torch.Tensor, devic
 
 def run_one(label: str, preset: str, overrides: dict, ds, device: str, out: Path | None) -> dict:
     # the yardstick below replaces the loop's own sampled estimates: keep those short
-    cfg = gpt.PRESETS[preset].with_overrides(**{"eval_iters": 5, **overrides})
+    cfg = presets.PRESETS[preset].with_overrides(**{"eval_iters": 5, **overrides})
     mcfg = replace(cfg.model, vocab_size=ds.vocab_size)
-    dtype = gpt.amp_dtype(device, cfg.precision)
+    dtype = devices.amp_dtype(device, cfg.precision)
     torch.manual_seed(cfg.seed)
     model = gpt.GPT.from_config(mcfg).to(device)
     kernels = sdpa_kernels(model, cfg, ds.train, device, dtype)
@@ -109,7 +100,7 @@ def run_one(label: str, preset: str, overrides: dict, ds, device: str, out: Path
     curve = []                                             # (step, training seconds, yardstick val)
 
     def on_eval(step, hist):
-        v = gpt.val_loss_windows(model, val_gpu, mcfg.block_size, 64, device, dtype)
+        v = training.val_loss_windows(model, val_gpu, mcfg.block_size, 64, device, dtype)
         curve.append((step, round(hist["seconds"][-1], 2), round(v, 4)))
         print(f"   step {step:5d}  {hist['seconds'][-1]:7.1f} s  val {v:.4f}", flush=True)
 
@@ -122,14 +113,14 @@ def run_one(label: str, preset: str, overrides: dict, ds, device: str, out: Path
           + (f"budget {cfg.max_seconds:g} s" if cfg.max_seconds else f"{cfg.max_iters} steps"), flush=True)
     print(f"   attention kernels: {', '.join(kernels) or 'none found'}", flush=True)
     t0 = time.perf_counter()
-    hist = gpt.train(model, cfg, ds.train, ds.val, run=gpt.RunInfo(device=device, dtype=dtype),
+    hist = training.train(model, cfg, ds.train, ds.val, run=training.RunInfo(device=device, dtype=dtype),
                      progress=False, on_eval=on_eval)
     wall = time.perf_counter() - t0
     tokens = hist["last_step"] * cfg.batch_size * mcfg.block_size
     tok_s = tokens / hist["train_seconds"]
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else platform.processor()
-    peak = gpt.gpu_peak_tflops(name) if device.startswith("cuda") else None
-    achieved = gpt.flops_per_token(model) * tok_s / 1e12
+    peak = devices.gpu_peak_tflops(name) if device.startswith("cuda") else None
+    achieved = devices.flops_per_token(model) * tok_s / 1e12
     first = next(((s, t, v) for s, t, v in curve if v <= TARGET), None)
     res = {"label": label, "preset": preset, "overrides": overrides, "params": model.num_params(),
            "steps": hist["last_step"], "train_seconds": round(hist["train_seconds"], 2),
@@ -163,7 +154,7 @@ def main(argv=None):
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", type=Path, default=None, help="write gpu_<run>.json files and environment.json here")
     args = ap.parse_args(argv)
-    device = args.device or gpt.pick_device()
+    device = args.device or devices.pick_device()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     env = environment()
@@ -172,7 +163,7 @@ def main(argv=None):
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     ds = char_dataset()
-    extra = {k: parse_value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    extra = presets.parse_overrides(args.set)
     results = []
     for label in args.runs:
         preset, overrides = RUNS[label] if label in RUNS else (label, {})

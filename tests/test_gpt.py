@@ -1,4 +1,5 @@
-"""attention_workbook.gpt: the GPT of lecture 08, its graded pieces and the training loop."""
+"""Lecture 08's GPT and its machinery: the model and graded pieces (attention_workbook.gpt), presets,
+devices, the training loop (training) and head ablation (ablation)."""
 
 import math
 from dataclasses import replace
@@ -7,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_workbook import gpt
+from attention_workbook import ablation, devices, gpt, presets, training
 from attention_workbook.blocks import TransformerBlock
 from attention_workbook.gpt import GPT, generate, get_batch, lr_at
 
@@ -92,7 +93,7 @@ def test_head_ablation_zeroes_one_head():
     m = tiny().eval()
     idx = torch.randint(65, (1, 10), generator=torch.Generator().manual_seed(4))
     base, _ = m(idx)
-    with gpt.ablate_heads(m, [(1, 2)]):
+    with ablation.ablate_heads(m, [(1, 2)]):
         ablated, _ = m(idx)
         # by hand: zero head 2's slice of the input of W_o in layer 1
         W_o = m.blocks[1].attn.W_o.weight
@@ -101,7 +102,7 @@ def test_head_ablation_zeroes_one_head():
     again, _ = m(idx)
     torch.testing.assert_close(again, base)  # restored after the with block
     data = torch.randint(65, (500,), generator=torch.Generator().manual_seed(5))
-    full, delta = gpt.head_ablation(m, data, batch_size=4, eval_iters=2)
+    full, delta = ablation.head_ablation(m, data, batch_size=4, eval_iters=2)
     assert delta.shape == (2, 4) and math.isfinite(full)
 
 
@@ -168,7 +169,7 @@ def test_overfits_a_single_batch():
     m = tiny(n_layer=1, d_model=32)
     data = torch.randint(65, (400,), generator=torch.Generator().manual_seed(7))
     x, y = get_batch(data, 16, 4, torch.Generator().manual_seed(0))
-    opt = gpt.configure_optimizer(m, 0.0, 1e-2)
+    opt = training.configure_optimizer(m, 0.0, 1e-2)
     for _ in range(60):
         _, loss = m(x, y)
         opt.zero_grad()
@@ -179,7 +180,7 @@ def test_overfits_a_single_batch():
 
 def test_optimizer_decays_matrices_only():
     m = tiny()
-    opt = gpt.configure_optimizer(m, 0.1, 1e-3)
+    opt = training.configure_optimizer(m, 0.1, 1e-3)
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
@@ -187,27 +188,37 @@ def test_optimizer_decays_matrices_only():
 
 
 def test_presets_and_choice(monkeypatch):
-    for name, cfg in gpt.PRESETS.items():
+    for name, cfg in presets.PRESETS.items():
         assert cfg.model.d_model % cfg.model.n_head == 0, name
         assert cfg.warmup_iters < cfg.max_iters
     monkeypatch.delenv("AWB_PRESET", raising=False)
     monkeypatch.setenv("AWB_SMOKE", "1")
-    assert gpt.choose_preset("cpu") == "smoke"
-    assert gpt.choose_preset("cpu", override="t4") == "t4"
+    assert presets.choose_preset("cpu") == "smoke"
+    assert presets.choose_preset("cpu", override="t4") == "t4"
     monkeypatch.delenv("AWB_SMOKE")
     monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
     monkeypatch.delenv("AWB_GRADING", raising=False)
-    assert gpt.choose_preset("cpu") == "cpu"
+    assert presets.choose_preset("cpu") == "cpu"
     with pytest.raises(ValueError):
-        gpt.choose_preset("cpu", "huge")
-    cfg = gpt.PRESETS["cpu"].with_overrides(n_layer=1, lr=1.0)
-    assert cfg.model.n_layer == 1 and cfg.lr == 1.0 and gpt.PRESETS["cpu"].model.n_layer != 1
-    assert gpt.TrainConfig.from_dict(cfg.to_dict()) == cfg
-    assert gpt.amp_dtype("cpu", "fp32") is None and gpt.amp_dtype("cuda", "fp16") == torch.float16
+        presets.choose_preset("cpu", "huge")
+    cfg = presets.PRESETS["cpu"].with_overrides(n_layer=1, lr=1.0)
+    assert cfg.model.n_layer == 1 and cfg.lr == 1.0 and presets.PRESETS["cpu"].model.n_layer != 1
+    assert presets.TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert devices.amp_dtype("cpu", "fp32") is None and devices.amp_dtype("cuda", "fp16") == torch.float16
+
+
+def test_command_line_overrides():
+    """One parser for --set KEY=VALUE (the training script and the GPU benchmark share it)."""
+    got = presets.parse_overrides(["max_iters=500", "lr=3e-3", "compile=true", "d_ff=none", "precision=bf16",
+                                   "name=a=b"])
+    assert got == {"max_iters": 500, "lr": 3e-3, "compile": True, "d_ff": None, "precision": "bf16", "name": "a=b"}
+    assert type(got["max_iters"]) is int and type(got["lr"]) is float
+    cfg = presets.PRESETS["smoke"].with_overrides(**presets.parse_overrides(["n_layer=3", "max_iters=7"]))
+    assert (cfg.model.n_layer, cfg.max_iters) == (3, 7)
 
 
 def _smoke_run(tmp_path, data, max_iters=20, stop_at=None):
-    cfg = replace(gpt.PRESETS["smoke"], max_iters=max_iters, eval_interval=10, eval_iters=2)
+    cfg = replace(presets.PRESETS["smoke"], max_iters=max_iters, eval_interval=10, eval_iters=2)
     torch.manual_seed(cfg.seed)
     model = GPT.from_config(cfg.model)
 
@@ -216,7 +227,7 @@ def _smoke_run(tmp_path, data, max_iters=20, stop_at=None):
             raise KeyboardInterrupt  # a Colab disconnect, right after the checkpoint at this step
 
     try:
-        hist = gpt.train(model, cfg, data[:9000], data[9000:], ckpt_path=tmp_path / "ckpt.pt",
+        hist = training.train(model, cfg, data[:9000], data[9000:], ckpt_path=tmp_path / "ckpt.pt",
                          progress=False, on_eval=stop)
     except KeyboardInterrupt:
         return model, None
@@ -229,16 +240,16 @@ def test_train_loop_learns_checkpoints_and_resumes_exactly(tmp_path):
     full, hist = _smoke_run(tmp_path / "a", data)
     assert hist["step"] == [10, 20] and hist["val"][-1] < hist["val"][0] < math.log(65)
     assert hist["tokens_per_s"][-1] > 0 and len(hist["lr"]) == 2
-    ck = gpt.load_checkpoint(tmp_path / "a" / "ckpt.pt")
+    ck = training.load_checkpoint(tmp_path / "a" / "ckpt.pt")
     assert ck["step"] == 20 and ck["config"]["name"] == "smoke"
     # interrupted at step 10, then resumed: the same weights as the uninterrupted run
     _, none = _smoke_run(tmp_path / "b", data, stop_at=10)
-    assert none is None and gpt.load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 10
+    assert none is None and training.load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 10
     resumed, hist_b = _smoke_run(tmp_path / "b", data)
     assert hist_b["step"] == [10, 20]
     for p, q in zip(full.parameters(), resumed.parameters()):
         torch.testing.assert_close(p, q)
-    model, ck = gpt.model_from_checkpoint(tmp_path / "b" / "ckpt.pt")
+    model, ck = training.model_from_checkpoint(tmp_path / "b" / "ckpt.pt")
     torch.testing.assert_close(model(data[None, :32])[0], resumed.eval()(data[None, :32])[0])
 
 
@@ -301,11 +312,11 @@ def fake_gpu(monkeypatch, name):
 ])
 def test_gpu_precision_and_preset(monkeypatch, name, preset, dtype):
     fake_gpu(monkeypatch, name)
-    assert gpt.pick_device() == "cuda"
-    assert gpt.choose_preset("cuda") == preset
-    assert gpt.amp_dtype("cuda") == dtype and gpt.amp_dtype("cuda:0") == dtype
-    assert gpt.amp_dtype("cuda", gpt.PRESETS[preset].precision) == dtype
-    assert gpt.amp_dtype("cuda", "fp32") is None                     # an explicit choice wins
+    assert devices.pick_device() == "cuda"
+    assert presets.choose_preset("cuda") == preset
+    assert devices.amp_dtype("cuda") == dtype and devices.amp_dtype("cuda:0") == dtype
+    assert devices.amp_dtype("cuda", presets.PRESETS[preset].precision) == dtype
+    assert devices.amp_dtype("cuda", "fp32") is None                     # an explicit choice wins
 
 
 @pytest.mark.parametrize("flags,fast", [
@@ -315,13 +326,13 @@ def test_gpu_precision_and_preset(monkeypatch, name, preset, dtype):
     ("fpu sse2 avx2 fma", False),                                           # no AVX-512 at all
 ])
 def test_cpu_precision_and_preset(monkeypatch, flags, fast):
-    assert gpt.cpu_has_fast_bf16("processor : 0\nflags : " + flags + "\n") is fast
-    monkeypatch.setattr(gpt, "cpu_has_fast_bf16", lambda cpuinfo=None: fast)
+    assert devices.cpu_has_fast_bf16("processor : 0\nflags : " + flags + "\n") is fast
+    monkeypatch.setattr(devices, "cpu_has_fast_bf16", lambda cpuinfo=None: fast)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for var in ("AWB_PRESET", "AWB_SMOKE", "AWB_GRADING", "PYTEST_CURRENT_TEST"):
         monkeypatch.delenv(var, raising=False)
-    assert gpt.choose_preset("cpu") == "cpu"
-    assert gpt.amp_dtype("cpu") == (torch.bfloat16 if fast else None)
+    assert presets.choose_preset("cpu") == "cpu"
+    assert devices.amp_dtype("cpu") == (torch.bfloat16 if fast else None)
 
 
 # -- the time budget ----------------------------------------------------------------------------
@@ -344,12 +355,12 @@ def test_lr_in_budget_follows_the_clock():
 def test_train_stops_when_the_budget_is_spent_with_the_schedule_at_its_end():
     text = ("To be, or not to be, that is the question:\n" * 300)[:10000]
     data = torch.tensor([ord(c) % 65 for c in text])
-    cfg = replace(gpt.PRESETS["smoke"], max_iters=10**6, max_seconds=1.0, warmup_iters=3, eval_interval=10**9,
+    cfg = replace(presets.PRESETS["smoke"], max_iters=10**6, max_seconds=1.0, warmup_iters=3, eval_interval=10**9,
                   eval_iters=2)
     torch.manual_seed(0)
     model = GPT.from_config(cfg.model)
     evals = []
-    hist = gpt.train(model, cfg, data[:9000], data[9000:], progress=False,
+    hist = training.train(model, cfg, data[:9000], data[9000:], progress=False,
                      on_eval=lambda step, h: evals.append(step))
     assert 10 <= hist["last_step"] < cfg.max_iters          # stopped by the clock, not the step cap
     assert hist["train_seconds"] >= 1.0                        # the budget is spent ...
