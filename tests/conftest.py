@@ -28,3 +28,15 @@ def _restore_process_state():
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are skipped where PyTorch sees no CUDA device (``-m gpu`` selects them)."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))

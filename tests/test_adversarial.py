@@ -17,7 +17,7 @@ from awb_grader.course import EXERCISES, REPO
 from awb_grader.course import assignments as course_assignments
 
 A = synth.ADV_ASSIGNMENT
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cohort")]
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 BWRAP = sandbox.bwrap_works()
 
 

@@ -42,7 +42,7 @@ WRONG_SOFTMAX = '''def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in the visible tab
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one server, one browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]  # one server, one browser
 
 try:
     from playwright import sync_api as playwright_api

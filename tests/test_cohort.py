@@ -147,6 +147,7 @@ def _cohort_in_fresh_process(source, root, **kw):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 @pytest.mark.xdist_group("cohort")
 def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, monkeypatch):
     mk = {m.id: m for m in catalog.mistakes(A)}

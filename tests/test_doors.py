@@ -147,6 +147,7 @@ def test_the_provided_files_are_computed_once_per_exercise_for_the_launchers(mon
     assert provided.PROVIDED_ENV not in sandbox.kernel_env()
 
 
+@pytest.mark.sandbox
 @pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
 def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch):
     """A reference the exercise does not provide is not there: delegating to it fails to import."""
@@ -250,6 +251,7 @@ def grade_through_every_door(tmp: Path, timeout: int = 20) -> dict[str, dict[str
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 @pytest.mark.xdist_group("cohort")
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here: every door refuses (tested above)")
 def test_every_door_gives_the_same_scores_and_flags(tmp_path):

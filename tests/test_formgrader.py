@@ -37,7 +37,7 @@ from test_doors import A, _run, door_cases
 from awb_grader import protect, sandbox
 from awb_grader.formgrader_view import UNGRADABLE_TITLE
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.sandbox, pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(not sandbox.bwrap_works(),
                                  reason="bubblewrap cannot run here: formgrader's autograde refuses (test_doors.py)")]
 

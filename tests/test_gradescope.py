@@ -134,6 +134,7 @@ def _tests(res):
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 @pytest.mark.slow
 @pytest.mark.xdist_group("cohort")
 class TestHarness:

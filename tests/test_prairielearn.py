@@ -71,6 +71,7 @@ def graded(tmp_path_factory):
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 @pytest.mark.slow
 @pytest.mark.xdist_group("cohort")
 class TestGrader:
