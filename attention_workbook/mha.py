@@ -1,5 +1,7 @@
 """Reference multi-head attention, as lecture 05 builds it (and as exercise 05 asks for it).
 
+The hand-built heads and sentences lecture 05 draws are lecture data, in ``attention_workbook.toydata``.
+
 Shapes: B batch, T query positions, S key/value positions, D model width, H heads,
 Dh = D // H per-head width. Masks are boolean, True = may attend (the convention of
 ``F.scaled_dot_product_attention``), broadcastable to (B, H, T, S).
@@ -248,75 +250,3 @@ def activation_bytes(module: nn.Module, *args, **kwargs) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         module(*args, **kwargs)
     return total
-
-
-# =====================================================================================
-# A hand-built 4-head model on tiny sentences, for pictures: each head has a job you can
-# name (real trained heads are messier). Token vector x = [position one-hot (8) |
-# word-class one-hot (8) | word identity (16)], D = 32, H = 4, Dh = 8.
-# =====================================================================================
-WORD_CLASSES = ["start", "det", "adj", "noun", "verb", "punct", "prep", "pron"]
-VOCAB = {
-    "<s>": "start", "the": "det", "a": "det",
-    "angry": "adj", "tired": "adj", "old": "adj", "small": "adj", "happy": "adj",
-    "man": "noun", "poodle": "noun", "dog": "noun", "ball": "noun", "woman": "noun", "cat": "noun",
-    "park": "noun",
-    "walked": "verb", "chased": "verb", "fed": "verb", "saw": "verb",
-    ".": "punct", "in": "prep", "she": "pron", "he": "pron",
-}
-TOY_SENTENCES = [
-    "<s> the angry man walked the poodle .",
-    "<s> a tired dog chased the ball .",
-    "<s> the old woman fed the cat .",
-]
-TOY_HEAD_NAMES = ["previous word", "noun -> its adjective", "noun -> the verb", "verb -> the nouns"]
-TOY_MAX_LEN = 8
-
-
-def class_features(words) -> torch.Tensor:
-    """(T, 8) one-hot word classes (the order of ``WORD_CLASSES``)."""
-    idx = torch.tensor([WORD_CLASSES.index(VOCAB[w]) for w in words])
-    return F.one_hot(idx, len(WORD_CLASSES)).float()
-
-
-def toy_embed(words, seed: int = 0) -> torch.Tensor:
-    """(T, 32) token vectors [position one-hot | class one-hot | fixed random word identity]."""
-    if len(words) > TOY_MAX_LEN:
-        raise ValueError(f"toy sentences have at most {TOY_MAX_LEN} tokens")
-    g = torch.Generator().manual_seed(seed)
-    ident = {w: torch.randn(16, generator=g) / 4 for w in VOCAB}  # same vector for a word every time
-    pos = F.one_hot(torch.arange(len(words)), TOY_MAX_LEN).float()  # (T, 8)
-    return torch.cat([pos, class_features(words), torch.stack([ident[w] for w in words])], dim=-1)
-
-
-def toy_mha(strength: float = 5.0, seed: int = 0) -> MultiHeadAttention:
-    """A MultiHeadAttention(32, 4) whose heads are set by hand (see ``TOY_HEAD_NAMES``).
-
-    ``strength`` is the score gap after the 1/sqrt(Dh) scaling: bigger = sharper heads.
-    Tokens with nothing to look for park their attention on ``<s>`` (an "attention sink").
-    """
-    D, H, Dh, P = 32, 4, 8, TOY_MAX_LEN
-    c = strength * math.sqrt(Dh)
-    C = {name: P + i for i, name in enumerate(WORD_CLASSES)}  # column of each class feature in x
-    Wq, Wk = torch.zeros(D, D), torch.zeros(D, D)
-    # head 0, previous word: query of position i = e_{i-1} (+ a little e_i), key = e_j
-    for i in range(P):
-        if i > 0:
-            Wq[0 * Dh + i - 1, i] = c
-        Wq[0 * Dh + i, i] = 0.4 * c
-        Wk[0 * Dh + i, i] = 1.0
-    # heads 1-3 compare word classes: key = class one-hot; query picks the class to look for
-    for h, (who, target) in zip((1, 2, 3), (("noun", "adj"), ("noun", "verb"), ("verb", "noun"))):
-        for j, name in enumerate(WORD_CLASSES):
-            Wk[h * Dh + j, C[name]] = 1.0
-            Wq[h * Dh + WORD_CLASSES.index("start"), C[name]] = 0.5 * c  # everyone: the sink
-        Wq[h * Dh + WORD_CLASSES.index(target), C[who]] = c
-    g = torch.Generator().manual_seed(seed)
-    Wv = torch.zeros(D, D)
-    Wv[:, 2 * P:] = torch.randn(D, 16, generator=g) / 2  # values carry the word identity
-    Wo = torch.linalg.qr(torch.randn(D, D, generator=g))[0]
-    m = MultiHeadAttention(D, H, bias=False)
-    with torch.no_grad():
-        m.W_qkv.weight.copy_(torch.cat([Wq, Wk, Wv]))
-        m.W_o.weight.copy_(Wo)
-    return m.eval()

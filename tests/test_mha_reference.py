@@ -63,9 +63,9 @@ def test_block_matches_nn_transformer_encoder_layer():
 
 # ----------------------------------------------------------------- lecture 05's additions
 from attention_workbook.mha import (  # noqa: E402
-    TOY_HEAD_NAMES, TOY_SENTENCES, HeadLoopMHA, SlicedMHA, activation_bytes, fused_from_sliced,
-    sliced_from_head_loop, to_torch, toy_embed, toy_mha,
+    HeadLoopMHA, SlicedMHA, activation_bytes, fused_from_sliced, sliced_from_head_loop, to_torch,
 )
+from attention_workbook.toydata import TOY_HEAD_NAMES, TOY_SENTENCES, toy_embed, toy_mha  # noqa: E402
 
 
 def _per_head_loop_reference(m, x, kv, mask):
@@ -142,14 +142,21 @@ def test_to_torch_roundtrip():
 
 def test_toy_heads_do_their_named_jobs():
     m = toy_mha()
-    words = TOY_SENTENCES[0].split()  # <s> the angry man walked the poodle .
+    for sentence, subject, obj in zip(TOY_SENTENCES, ("fox", "hen", "nurse"), ("hen", "fox", "cat")):
+        words = sentence.split()  # e.g. <s> a young fox chased the hen .
+        m(toy_embed(words)[None])
+        w = m.last_weights[0]  # (H, T, T)
+        assert w.shape == (len(TOY_HEAD_NAMES), len(words), len(words))
+        top = w.argmax(-1)
+        verb = next(i for i, word in enumerate(words) if word in ("chased", "fed"))
+        assert words[top[0, verb]] == words[verb - 1]  # previous word
+        assert words[top[2, verb]] == subject and w[2, verb].max() > 0.95  # verb -> its subject
+        assert words[top[3, verb]] == obj and w[3, verb].max() > 0.95  # verb -> its object
+        for i in range(1, len(words)):
+            if words[i] != words[verb]:  # only the verb asks heads 2 and 3 anything: the rest sink on <s>
+                assert top[2, i] == 0 and top[3, i] == 0
+    words = TOY_SENTENCES[0].split()
     m(toy_embed(words)[None])
-    w = m.last_weights[0]  # (H, T, T)
-    assert w.shape == (len(TOY_HEAD_NAMES), len(words), len(words))
-    top = w.argmax(-1)
-    man = words.index("man")
-    assert words[top[0, man]] == words[man - 1]  # previous word
-    assert words[top[1, man]] == "angry"
-    assert words[top[2, man]] == "walked"
-    walked = words.index("walked")
-    assert {words[i] for i in w[3, walked].topk(2).indices} == {"man", "poodle"}
+    top = m.last_weights[0].argmax(-1)
+    assert words[top[1, words.index("fox")]] == "young"  # noun -> its adjective
+    assert words[top[1, words.index("hen")]] == "young"  # classes only: the lecture's caveat
