@@ -50,22 +50,12 @@ MISTAKES = [
     Mistake(
         id="split_swapped", cell="split_last",
         description="reshapes to (..., D // n, n): the two new axes swapped",
-        source='''def split_last(x, n):
-    D = x.shape[-1]
-    if D % n:
-        raise ValueError("D not divisible by n")
-    return x.reshape(*x.shape[:-1], D // n, n)
-''',
+        source=edit(A, "split_last", ("], n, D // n)", "], D // n, n)")),
         must_fail=_SPLIT, hint="wrong way round"),
     Mistake(
         id="split_interleaved", cell="split_last",
         description="reshape to (..., D // n, n) then transpose: right shape, interleaved groups",
-        source='''def split_last(x, n):
-    D = x.shape[-1]
-    if D % n:
-        raise ValueError("D not divisible by n")
-    return x.reshape(*x.shape[:-1], D // n, n).transpose(-1, -2)
-''',
+        source=edit(A, "split_last", (", n, D // n)      ", ", D // n, n).transpose(-1, -2)      ")),
         must_fail=("test_split_last_values",), hint="interleaved"),
     Mistake(
         id="split_assumes_3d", cell="split_last",
@@ -80,12 +70,7 @@ MISTAKES = [
     Mistake(
         id="split_groups_first", cell="split_last",
         description="reshape(n, ..., D // n): the group axis put in front of the leading axes",
-        source='''def split_last(x, n):
-    D = x.shape[-1]
-    if D % n:
-        raise ValueError("D not divisible by n")
-    return x.reshape(n, *x.shape[:-1], D // n)
-''',
+        source=edit(A, "split_last", ("*x.shape[:-1], n", "n, *x.shape[:-1]")),
         must_fail=_SPLIT, hint="leading axis"),
     Mistake(
         id="split_no_error", cell="split_last",

@@ -28,27 +28,36 @@ MISTAKES = [
     Mistake(
         id="rnn_W_hh_transposed", cell="rnn_forward",
         description="h @ W_hh.T: the recurrent matrix used the other way round",
-        source=_rnn("h = torch.tanh(x[:, t] @ W_xh + h @ W_hh.T + b)"),
+        source=edit(A, "rnn_forward", ("W_hh ", "W_hh.T ")),
         must_fail=_RNN_VALUES, hint="W_hh.T"),
     Mistake(
         id="rnn_no_tanh", cell="rnn_forward",
         description="no nonlinearity: a linear recurrence",
-        source=_rnn("h = x[:, t] @ W_xh + h @ W_hh + b"),
+        source=edit(A, "rnn_forward", ("torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)", "x[:, t] @ W_xh + h @ W_hh + b")),
         must_fail=_RNN_VALUES, hint="no tanh"),
     Mistake(
         id="rnn_relu", cell="rnn_forward",
         description="relu instead of tanh",
-        source=_rnn("h = torch.relu(x[:, t] @ W_xh + h @ W_hh + b)"),
+        source=edit(A, "rnn_forward", (".tanh(", ".relu(")),
         must_fail=_RNN_VALUES, hint="relu"),
     Mistake(
         id="rnn_tanh_misplaced", cell="rnn_forward",
         description="tanh around the input term only",
-        source=_rnn("h = torch.tanh(x[:, t] @ W_xh) + h @ W_hh + b"),
+        source=edit(A, "rnn_forward", ("W_xh + h @ W_hh + b)", "W_xh) + h @ W_hh + b")),
         must_fail=_RNN_VALUES, hint="tanh applied to x_t W_xh only"),
     Mistake(
         id="rnn_off_by_one", cell="rnn_forward",
         description="appends h before updating it: returns h0 .. h_{T-1}",
-        source=_rnn("h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)", append_before=True),
+        source=edit(A, "rnn_forward", ("]):\n"
+                                       "        h =",
+                                       "]):\n"
+                                       "        states.append(h)\n"
+                                       "        h ="),
+                                      (")\n"
+                                       "        states.append(h)\n"
+                                       "    return",
+                                       ")\n"
+                                       "    return")),
         must_fail=_RNN_VALUES, hint="shifted by one"),
     Mistake(
         id="rnn_ignores_h0", cell="rnn_forward",
@@ -68,14 +77,7 @@ MISTAKES = [
     Mistake(
         id="rnn_time_major", cell="rnn_forward",
         description="indexes x[t] (time-major) instead of x[:, t]",
-        source='''def rnn_forward(x, h0, W_xh, W_hh, b):
-    h = h0
-    states = []
-    for t in range(x.shape[0]):
-        h = torch.tanh(x[t] @ W_xh + h @ W_hh + b)
-        states.append(h)
-    return torch.stack(states, dim=1)
-''',
+        source=edit(A, "rnn_forward", ("[1]", "[0]"), (":, ", "")),
         must_fail=("test_rnn_forward_shape",) + _RNN_VALUES, hint="x[:, t]"),
     # -- gradient_vs_distance -------------------------------------------------------------
     Mistake(

@@ -84,11 +84,7 @@ MISTAKES = [
     Mistake(
         id="soft_sum_normalised", cell="soft_lookup",
         description="normalises the scores by their sum instead of a softmax",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    scores = query @ keys.T / temperature
-    weights = scores / scores.sum(dim=-1, keepdim=True)
-    return weights @ values
-''',
+        source=edit(A, "soft_lookup", ("torch.softmax(scores, dim=-1", "scores / scores.sum(dim=-1, keepdim=True")),
         must_fail=_SOFT_ALL, hint="divided by their sum"),
     Mistake(
         id="soft_sqrt_d", cell="soft_lookup",

@@ -13,31 +13,12 @@ MISTAKES = [
     Mistake(
         id="loops_no_division", cell="simple_self_attention_loops",
         description="sums (x_i . x_j) x_j over j but forgets the 1/S",
-        source='''def simple_self_attention_loops(x):
-    if x.dim() == 3:
-        return torch.stack([simple_self_attention_loops(s) for s in x])
-    S, D = x.shape
-    y = torch.zeros(S, D)
-    for i in range(S):
-        for j in range(S):
-            y[i] += torch.dot(x[i], x[j]) * x[j]
-    return y
-''',
+        source=edit(A, "simple_self_attention_loops", ("        y[i] /= S\n", "")),
         must_fail=_LOOPS_ALL, hint="without the 1/S"),
     Mistake(
         id="loops_query_as_value", cell="simple_self_attention_loops",
         description="weights x_i instead of x_j: (x_i . x_j) x_i",
-        source='''def simple_self_attention_loops(x):
-    if x.dim() == 3:
-        return torch.stack([simple_self_attention_loops(s) for s in x])
-    S, D = x.shape
-    y = torch.zeros(S, D)
-    for i in range(S):
-        for j in range(S):
-            y[i] += torch.dot(x[i], x[j]) * x[i]
-        y[i] /= S
-    return y
-''',
+        source=edit(A, "simple_self_attention_loops", ("x[j]       ", "x[i]       ")),
         must_fail=_LOOPS_ALL, hint="x_i as the value"),
     Mistake(
         id="loops_assign_not_accumulate", cell="simple_self_attention_loops",
@@ -56,16 +37,7 @@ MISTAKES = [
     Mistake(
         id="loops_divide_by_D", cell="simple_self_attention_loops",
         description="divides by D, the vector width, instead of S, the number of positions",
-        source='''def simple_self_attention_loops(x):
-    if x.dim() == 3:
-        return torch.stack([simple_self_attention_loops(s) for s in x])
-    S, D = x.shape
-    y = torch.zeros(S, D)
-    for i in range(S):
-        for j in range(S):
-            y[i] += torch.dot(x[i], x[j]) * x[j]
-    return y / D
-''',
+        source=edit(A, "simple_self_attention_loops", ("    y[i] /= S\n    return y", "return y / D")),
         must_fail=_LOOPS_ALL, hint="division by D"),
     Mistake(
         id="loops_in_place", cell="simple_self_attention_loops",

@@ -166,46 +166,23 @@ MISTAKES = [
     Mistake(
         id="sdpa_mask_zero_not_inf", cell="scaled_dot_product_attention", label="masked scores 0, not -inf",
         description="masked scores filled with 0 instead of -inf: masked keys still get weight",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, 0.0)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", ('float("-inf")', "0.0")),
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="instead of -inf"),
     Mistake(
         id="sdpa_mask_inverted", cell="scaled_dot_product_attention", label="attention mask inverted",
         description="mask used the other way round (fills where mask is True)",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", ("~", "")),
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="inverted"),
     Mistake(
         id="sdpa_softmax_query_axis", cell="scaled_dot_product_attention", label="softmax over the queries",
         description="softmax over the query axis (dim=-2) instead of the keys",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-2)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", ("=-1)                   ", "=-2)                   ")),
         must_fail=_SDPA_ALL, hint="query axis"),
     Mistake(
         id="sdpa_weights_transposed", cell="scaled_dot_product_attention", label="weights transposed",
         description="returns the weights transposed, (..., Tk, Tq)",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights.transpose(-2, -1)
-''',
+        source=edit(A, "scaled_dot_product_attention", ("weights                               ",
+                                                        "weights.transpose(-2, -1)                               ")),
         must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="transposed"),
     Mistake(
         id="sdpa_transpose_1_2", cell="scaled_dot_product_attention", label="k.transpose(1, 2)",
@@ -459,13 +436,7 @@ MISTAKES += [
     Mistake(
         id="einsum_mask_inverted", cell="einsum_attention", label="einsum: mask inverted",
         description="mask used the other way round (fills where mask is True)",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.einsum("...qk,...kv->...qv", weights, v), weights
-''',
+        source=edit(A, "einsum_attention", ("~", "")),
         must_fail=("test_einsum_mask",), hint="inverted"),
     Mistake(
         id="einsum_values_summed_wrong", cell="einsum_attention", label="einsum sums over the queries",
@@ -482,55 +453,41 @@ MISTAKES += [
     Mistake(
         id="head_with_bias", cell="SelfAttentionHead", label="head projections with a bias",
         description="projections with a bias (nn.Linear's default)",
-        source='''class SelfAttentionHead(nn.Module):
-    def __init__(self, d_model, d_head):
-        super().__init__()
-        self.d_head = d_head
-        self.W_q = nn.Linear(d_model, d_head)
-        self.W_k = nn.Linear(d_model, d_head)
-        self.W_v = nn.Linear(d_model, d_head)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
-''',
+        source=edit(A, "SelfAttentionHead", ("Linear(d_model, d_head, bias=False)\n"
+                                             "        self.W_k",
+                                             "Linear(d_model, d_head)\n"
+                                             "        self.W_k"),
+                                            ("Linear(d_model, d_head, bias=False)\n"
+                                             "        self.W_v",
+                                             "Linear(d_model, d_head)\n"
+                                             "        self.W_v"),
+                                            (", d_head, bias=False)\n"
+                                             "\n",
+                                             ", d_head)\n"
+                                             "\n")),
         must_fail=("test_head_structure", "test_head_forward", "test_head_mask"), hint="has a bias"),
     Mistake(
         id="head_scale_d_model", cell="SelfAttentionHead", label="head scaled by sqrt(d_model)",
         description="scores divided by sqrt(d_model) instead of sqrt(d_head)",
-        source=_HEAD_INIT.replace("self.d_head = d_head", "self.d_head, self.d_model = d_head, d_model") + '''
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_model)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
-''',
+        source=edit(A, "SelfAttentionHead", ("d_head = d_head", "d_head, self.d_model = d_head, d_model"),
+                                            (".d_head)", ".d_model)")),
         must_fail=_HEAD_VALUES, hint="sqrt(d_model)"),
     Mistake(
         id="head_values_are_x", cell="SelfAttentionHead", label="head averages x, not values",
         description="averages the inputs x instead of the values W_v(x)",
-        source=_HEAD_INIT + '''
-    def forward(self, x, mask=None):
-        q, k = self.W_q(x), self.W_k(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ x
-''',
+        source=edit(A, "SelfAttentionHead", ("k, v = self.W_q(x), self.W_k(x), self.W_v", "k = self.W_q(x), self.W_k"),
+                                            ("weights = torch.softmax(scores, dim=-1)                          # (B, T, T)\n"
+                                             "        return weights @ v",
+                                             "return torch.softmax(scores, dim=-1) @ x")),
         must_fail=_HEAD_VALUES, hint="VALUES"),
     Mistake(
         id="head_ignores_mask", cell="SelfAttentionHead", label="head ignores the mask",
         description="forward accepts a mask but never applies it",
-        source=_HEAD_INIT + '''
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
-        return torch.softmax(scores, dim=-1) @ v
-''',
+        source=edit(A, "SelfAttentionHead", ("if mask is not None:\n"
+                                             '            scores = scores.masked_fill(~mask, float("-inf"))\n'
+                                             "        weights = torch.softmax(scores, dim=-1)                          # (B, T, T)\n"
+                                             "        return weights",
+                                             "return torch.softmax(scores, dim=-1)")),
         must_fail=("test_head_mask",), hint="mask ignored"),
     Mistake(
         id="head_builtin", cell="SelfAttentionHead", label="head on F.scaled_dot_product_attention",
@@ -545,14 +502,7 @@ MISTAKES += [
     Mistake(
         id="head_keys_from_W_q", cell="SelfAttentionHead", label="keys computed with W_q",
         description="keys computed with W_q (one matrix for two roles): symmetric scores",
-        source=_HEAD_INIT + '''
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_q(x), self.W_v(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
-''',
+        source=edit(A, "SelfAttentionHead", (".W_k(", ".W_q(")),
         must_fail=_HEAD_VALUES, hint="keys computed with W_q"),
     Mistake(
         id="head_returns_weights_too", cell="SelfAttentionHead", label="head returns (out, weights)",

@@ -65,90 +65,81 @@ MISTAKES = [
     Mistake(
         id="split_no_transpose", cell="split_heads",
         description="split_heads stops at (B, T, H, D/H): the transpose that puts heads before tokens is missing",
-        source='''def split_heads(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads)
-''',
+        source=edit(A, "split_heads", (".transpose(1, 2)", "")),
         must_fail=("test_split_heads_shape", "test_split_heads_values") + _MHA_ALL, hint="transpose(1, 2)",
         visible=True),
     Mistake(
         id="merge_without_transpose", cell="merge_heads",
         description="merge_heads reshapes (B, H, T, Dh) directly to (B, T, D) without transposing back first",
-        source='''def merge_heads(x):
-    B, H, T, Dh = x.shape
-    return x.reshape(B, T, H * Dh)
-''',
+        source=edit(A, "merge_heads", ("transpose(1, 2).", "")),
         must_fail=("test_merge_heads",) + _MHA_ALL, hint="without transposing first"),
     Mistake(
         id="merge_heads_wrong_order", cell="merge_heads",
         description="merge_heads interleaves the heads' features (permute to (B, T, Dh, H)) instead of "
                     "concatenating head 0, head 1, ...",
-        source='''def merge_heads(x):
-    B, H, T, Dh = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
-''',
+        source=edit(A, "merge_heads", ("transpose(1, 2", "permute(0, 2, 3, 1")),
         must_fail=("test_merge_heads",) + _MHA_ALL, hint="heads merged in the wrong order"),
     Mistake(
         id="merge_view_after_transpose", cell="merge_heads",
         description="merge_heads calls .view after transpose: PyTorch refuses (the tensor is not contiguous)",
-        source='''def merge_heads(x):
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 2).view(B, T, H * Dh)
-''',
+        source=edit(A, "merge_heads", ("reshape", "view")),
         must_fail=("test_merge_heads",) + _MHA_ALL, hint=".reshape(", visible=True),
     # -- MultiHeadAttention ------------------------------------------------------------------
     Mistake(
         id="scale_sqrt_d", cell="MultiHeadAttention",
         description="scores divided by sqrt(D) instead of sqrt(D/H): every head's softmax is too flat",
-        source=_mha("/ math.sqrt(D // H)", "/ math.sqrt(D)"),
+        source=edit(A, "MultiHeadAttention", ("q = q / math.sqrt(D // H)                              # scale q: cheaper than scaling (T, S) scores\n"
+                                              "        scores = q @ k.transpose(-2, -1",
+                                              "scores = q @ k.transpose(-2, -1) / math.sqrt(D")),
         must_fail=_MHA_ALL, hint="sqrt(D/H)"),
     Mistake(
         id="qkv_chunk_order", cell="MultiHeadAttention",
         description="q/k/v taken from W_qkv's output in the wrong order (keys first)",
-        source=_mha("q, k, v = self.W_qkv(x).split(D, dim=-1)", "k, q, v = self.W_qkv(x).split(D, dim=-1)"),
+        source=edit(A, "MultiHeadAttention", ("            q, k,", "            k, q,")),
         must_fail=("test_mha_self", "test_mha_weights", "test_mha_mask", "test_from_torch"),
         hint="chunk order"),
     Mistake(
         id="missing_w_o", cell="MultiHeadAttention",
         description="no output projection: the merged heads are returned without W_o",
-        source=_mha("return self.W_o(merge_heads(weights @ v))", "return merge_heads(weights @ v)"),
+        source=edit(A, "MultiHeadAttention", ("self.W_o(merge_heads(weights @ v)", "merge_heads(weights @ v")),
         must_fail=("test_mha_self", "test_mha_mask", "test_mha_cross", "test_from_torch"), hint="missing W_o"),
     Mistake(
         id="mask_not_broadcast_over_heads", cell="MultiHeadAttention",
         description="an extra axis inserted into the mask (written for a (B, T, S) mask): a (T, S) causal or "
                     "(B, 1, 1, S) padding mask no longer lines up with (B, H, T, S)",
-        source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
-                    'scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))'),
+        source=edit(A, "MultiHeadAttention", ("mask,", "mask.unsqueeze(1),")),
         must_fail=("test_mha_mask", "test_mha_weights", "test_mha_cross"), hint="broadcast", visible=True),
     Mistake(
         id="mask_wrong_axis", cell="MultiHeadAttention",
         description="the mask transposed (applied to the query axis instead of the key axis)",
-        source=_mha('scores = scores.masked_fill(~mask, float("-inf"))',
-                    'scores = scores.masked_fill(~mask.transpose(-2, -1), float("-inf"))'),
+        source=edit(A, "MultiHeadAttention", ("mask,", "mask.transpose(-2, -1),")),
         must_fail=("test_mha_mask", "test_mha_weights", "test_mha_cross"), hint="wrong axis"),
     Mistake(
         id="softmax_query_axis", cell="MultiHeadAttention",
         description="softmax over the query axis (dim=-2) instead of the keys",
-        source=_mha("weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=-2)"),
+        source=edit(A, "MultiHeadAttention", ("=-1)                ", "=-2)                ")),
         must_fail=_MHA_ALL, hint="query axis"),
     Mistake(
         id="softmax_head_axis", cell="MultiHeadAttention",
         description="softmax over the head axis (dim=1) instead of the keys",
-        source=_mha("weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=1)"),
+        source=edit(A, "MultiHeadAttention", ("dim=-1)                ", "dim=1)                ")),
         must_fail=_MHA_ALL, hint="head axis"),
     Mistake(
         id="cross_keys_from_x", cell="MultiHeadAttention",
         description="cross-attention computes keys and values from x instead of kv",
-        source=_mha("k, v = F.linear(kv, W[D:], None if b is None else b[D:]).split(D, dim=-1)",
-                    "k, v = F.linear(x, W[D:], None if b is None else b[D:]).split(D, dim=-1)"),
+        source=edit(A, "MultiHeadAttention", ("(kv,", "(x,")),
         must_fail=("test_mha_cross", "test_from_torch"), hint="keys and values from x"),
     Mistake(
         id="bias_dropped", cell="MultiHeadAttention",
         description="W_qkv and W_o built without biases whatever `bias` says",
-        source=_mha("""        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)""",
-                    """        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.W_o = nn.Linear(d_model, d_model, bias=False)"""),
+        source=edit(A, "MultiHeadAttention", ("d_model, bias=bias)\n"
+                                              "        self.W_o",
+                                              "d_model, bias=False)\n"
+                                              "        self.W_o"),
+                                             ("d_model, bias=bias)\n"
+                                              "        self.last_weights",
+                                              "d_model, bias=False)\n"
+                                              "        self.last_weights")),
         must_fail=("test_mha_init", "test_mha_self", "test_from_torch"), hint="bias dropped"),
     Mistake(
         id="forward_calls_sdpa", cell="MultiHeadAttention",

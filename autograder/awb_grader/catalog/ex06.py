@@ -56,15 +56,8 @@ MISTAKES = [
     Mistake(
         id="pe_exponent_pair_index", cell="sinusoidal_positions",
         description="exponent i/d with the pair index i instead of 2i/d",
-        source='''def sinusoidal_positions(T, d_model):
-    t = torch.arange(T, dtype=torch.float32)[:, None]
-    i = torch.arange(d_model // 2, dtype=torch.float32)
-    angle = t / 10000 ** (i / d_model)
-    pe = torch.zeros(T, d_model)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)
-    return pe
-''',
+        source=edit(A, "sinusoidal_positions", ("two_i = torch.arange(0, d_model,", "i = torch.arange(d_model //"),
+                                               ("(two_i ", "(i ")),
         must_fail=("test_sinusoidal_values",), hint="pair index"),
     Mistake(
         id="pe_exponent_column_index", cell="sinusoidal_positions",
@@ -94,67 +87,25 @@ MISTAKES = [
     Mistake(
         id="ln_wrong_axis", cell="LayerNorm",
         description="LayerNorm statistics over the batch axis (BatchNorm-like) instead of the features",
-        source='''class LayerNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
-
-    def forward(self, x):
-        mu = x.mean(dim=0, keepdim=True)
-        var = x.var(dim=0, keepdim=True, unbiased=False)
-        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
-''',
+        source=edit(A, "LayerNorm", ("mean(dim=-1, keepdim=", "mean(dim=0, keepdim="),
+                                    ("var(dim=-1, keepdim=", "var(dim=0, keepdim=")),
         must_fail=("test_layernorm_values", "test_layernorm_eps", "test_from_torch_post_ln", "test_from_torch_pre_ln"),
         hint="dim=-1"),
     Mistake(
         id="ln_unbiased_variance", cell="LayerNorm",
         description="the unbiased variance (divides by d - 1), torch's default for .var()",
-        source='''class LayerNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
-
-    def forward(self, x):
-        mu = x.mean(dim=-1, keepdim=True)
-        var = x.var(dim=-1, keepdim=True)
-        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
-''',
+        source=edit(A, "LayerNorm", (", unbiased=False", "")),
         must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="unbiased"),
     Mistake(
         id="ln_eps_outside_sqrt", cell="LayerNorm",
         description="eps added to the standard deviation, outside the square root",
-        source='''class LayerNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
-
-    def forward(self, x):
-        mu = x.mean(dim=-1, keepdim=True)
-        std = x.std(dim=-1, keepdim=True, unbiased=False)
-        return (x - mu) / (std + self.eps) * self.weight + self.bias
-''',
+        source=edit(A, "LayerNorm", ("var = x.var", "std = x.std"), ("torch.sqrt(var", "(std")),
         must_fail=("test_layernorm_eps",), hint="inside the square root"),
     Mistake(
         id="ln_plain_tensors", cell="LayerNorm",
         description="gain and bias stored as plain tensors, not nn.Parameter (never trained)",
-        source='''class LayerNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.ones(d)
-        self.bias = torch.zeros(d)
-
-    def forward(self, x):
-        mu = x.mean(dim=-1, keepdim=True)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)
-        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
-''',
+        source=edit(A, "LayerNorm", ("nn.Parameter(torch.ones(d)", "torch.ones(d"),
+                                    ("nn.Parameter(torch.zeros(d)", "torch.zeros(d")),
         must_fail=("test_layernorm_params", "test_layernorm_values", "test_layernorm_eps"), hint="nn.Parameter"),
     Mistake(
         id="ln_builtin", cell="LayerNorm",
@@ -173,95 +124,46 @@ MISTAKES = [
     Mistake(
         id="ln_no_gain_bias", cell="LayerNorm",
         description="normalises but never applies the gain and bias",
-        source='''class LayerNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
-
-    def forward(self, x):
-        mu = x.mean(dim=-1, keepdim=True)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)
-        return (x - mu) / torch.sqrt(var + self.eps)
-''',
+        source=edit(A, "LayerNorm", (" * self.weight + self.bias", "")),
         must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="no gain and bias"),
     # -- FeedForward -------------------------------------------------------------------------
     Mistake(
         id="ff_no_relu", cell="FeedForward",
         description="two linear layers without the ReLU between them (a single linear map)",
-        source='''class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
-
-    def forward(self, x):
-        return self.net(x)
-''',
+        source=edit(A, "FeedForward", ("ReLU(), nn.", "")),
         must_fail=("test_feedforward_values",), hint="no ReLU"),
     Mistake(
         id="ff_relu_last", cell="FeedForward",
         description="the ReLU after the second linear layer: outputs can never be negative",
-        source='''class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.ReLU(), nn.Dropout(dropout))
-
-    def forward(self, x):
-        return self.net(x)
-''',
+        source=edit(A, "FeedForward", ("ReLU(), nn.Linear(d_ff, d_model),\n"
+                                       "                                ",
+                                       "Linear(d_ff, d_model), nn.ReLU(),")),
         must_fail=("test_feedforward_values",), hint="ReLU after the second"),
     Mistake(
         id="ff_ignores_d_ff", cell="FeedForward",
         description="hidden width d_model instead of d_ff",
-        source='''class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, d_model),
-                                 nn.Dropout(dropout))
-
-    def forward(self, x):
-        return self.net(x)
-''',
+        source=edit(A, "FeedForward", ("d_ff), nn.ReLU(), nn.Linear(d_ff", "d_model), nn.ReLU(), nn.Linear(d_model")),
         must_fail=("test_feedforward_structure",) + _BLOCK_ALL + _LOADER, hint="d_ff"),
     Mistake(
         id="ff_gelu", cell="FeedForward",
         description="GELU instead of the ReLU the exercise (and nn.TransformerEncoderLayer) uses",
-        source='''class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
-
-    def forward(self, x):
-        return self.net(x)
-''',
+        source=edit(A, "FeedForward", (".ReLU(", ".GELU(")),
         must_fail=("test_feedforward_values",), hint="GELU"),
     Mistake(
         id="ff_no_dropout", cell="FeedForward",
         description="the dropout argument is ignored",
-        source='''class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
-
-    def forward(self, x):
-        return self.net(x)
-''',
+        source=edit(A, "FeedForward", (",\n                                 nn.Dropout(dropout)", "")),
         must_fail=("test_feedforward_structure",), hint="Dropout", visible=True),
     # -- TransformerBlock --------------------------------------------------------------------
     Mistake(
         id="block_residual_after_norm", cell="TransformerBlock",
         description="pre-LN with the residual added after the norm: ln(x) + attn(ln(x))",
-        source=_BLOCK_HEAD + '''        if self.pre_ln:
-            h = self.ln1(x)
-            x = h + self.drop(self.attn(h, mask=mask))
-            h = self.ln2(x)
-            x = h + self.ff(h)
-        else:
-            x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
-            x = self.ln2(x + self.ff(x))
-        return x
-''',
+        source=edit(A, "TransformerBlock", ("x = x + self.drop(self.attn(self.ln1(x), mask=mask))   # (B, T, D)\n"
+                                            "            x = x + self.ff(self.ln2(x)",
+                                            "h = self.ln1(x)\n"
+                                            "            x = h + self.drop(self.attn(h, mask=mask))\n"
+                                            "            h = self.ln2(x)\n"
+                                            "            x = h + self.ff(h")),
         must_fail=("test_block_pre_ln", "test_block_mask"), hint="residual added after the norm"),
     Mistake(
         id="block_ignores_pre_ln", cell="TransformerBlock",
@@ -274,38 +176,17 @@ MISTAKES = [
     Mistake(
         id="block_mask_dropped", cell="TransformerBlock",
         description="the mask is never passed on to the attention",
-        source=_BLOCK_HEAD + '''        if self.pre_ln:
-            x = x + self.drop(self.attn(self.ln1(x)))
-            x = x + self.ff(self.ln2(x))
-        else:
-            x = self.ln1(x + self.drop(self.attn(x)))
-            x = self.ln2(x + self.ff(x))
-        return x
-''',
+        source=edit(A, "TransformerBlock", ("), mask=mask)", "))"), ("x, mask=mask", "x")),
         must_fail=("test_block_mask",), hint="pass mask on"),
     Mistake(
         id="block_no_ff_residual", cell="TransformerBlock",
         description="no residual connection around the feed-forward network",
-        source=_BLOCK_HEAD + '''        if self.pre_ln:
-            x = x + self.drop(self.attn(self.ln1(x), mask=mask))
-            x = self.ff(self.ln2(x))
-        else:
-            x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
-            x = self.ln2(self.ff(x))
-        return x
-''',
+        source=edit(A, "TransformerBlock", ("= x + self.ff", "= self.ff"), ("ln2(x + self.", "ln2(self.")),
         must_fail=_BLOCK_ALL, hint="no residual around the feed-forward"),
     Mistake(
         id="block_one_layernorm", cell="TransformerBlock",
         description="the same LayerNorm (ln1) used before both sub-layers",
-        source=_BLOCK_HEAD + '''        if self.pre_ln:
-            x = x + self.drop(self.attn(self.ln1(x), mask=mask))
-            x = x + self.ff(self.ln1(x))
-        else:
-            x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
-            x = self.ln1(x + self.ff(x))
-        return x
-''',
+        source=edit(A, "TransformerBlock", ("(self.ln2(x)", "(self.ln1(x)"), ("self.ln2(x ", "self.ln1(x ")),
         must_fail=_BLOCK_ALL, hint="ln1 used for both"),
     # -- block_param_count -------------------------------------------------------------------
     Mistake(
