@@ -1,49 +1,16 @@
 """Misconception catalog for exercise 07 (decoder block, seq2seq model, greedy decoding)."""
 
-from . import Alternative, Mistake, edit
+from . import Alternative, Mistake, edit, solution
 
 A = "07_encoder_decoder"
 
-_DEC_INIT = '''class DecoderBlock(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads)
-        self.ff = FeedForward(d_model, d_ff, dropout)
-        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-'''
-
-_CAUSAL = '''        T = x.size(1)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        if self_mask is not None:
-            mask = mask & self_mask[:, None, None, :]
-'''
-
-_NON_CAUSAL_DECODER = _DEC_INIT + '''        mask = None if self_mask is None else self_mask[:, None, None, :]
-        mem = None if memory_mask is None else memory_mask[:, None, None, :]
-        x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))
-        x = self.ln2(x + self.drop(self.cross_attn(x, kv=memory, mask=mem)))
-        return self.ln3(x + self.ff(x))
-'''
-
-_S2S_INIT = '''class Seq2SeqTransformer(nn.Module):
-    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0):
-        super().__init__()
-        self.d_model, self.pad_id = d_model, pad_id
-        self.src_emb = nn.Embedding(src_vocab, d_model)
-        self.tgt_emb = nn.Embedding(tgt_vocab, d_model)
-        self.register_buffer("pos", sinusoidal_positions(max_len, d_model), persistent=False)
-        self.encoder = nn.ModuleList(TransformerBlock(d_model, n_heads, d_ff, pre_ln=False) for _ in range(n_layers))
-        self.decoder = nn.ModuleList(DecoderBlock(d_model, n_heads, d_ff) for _ in range(n_layers))
-        self.head = nn.Linear(d_model, tgt_vocab)
-
-    def forward(self, src, tgt):
-        src_keep, tgt_keep = src != self.pad_id, tgt != self.pad_id
-        scale = math.sqrt(self.d_model)
-'''
+# the decoder block without its causal mask (the mask from the padding alone)
+_NON_CAUSAL_DECODER = edit(A, "DecoderBlock",
+                           ("T = x.size(1)\n"
+                            "        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()      # (T, T) causal\n"
+                            "        if self_mask is not None:\n"
+                            "            mask = mask & self_mask",
+                            "mask = None if self_mask is None else self_mask"))
 
 _GREEDY_HEAD = '''def greedy_decode(model, src, max_len, bos_id, eos_id):
     B = src.size(0)
@@ -81,118 +48,66 @@ MISTAKES = [
     Mistake(
         id="decoder_cross_keys_from_decoder", cell="DecoderBlock",
         description="cross-attention keys and values taken from the decoder stream instead of the memory",
-        source=_DEC_INIT + _CAUSAL + '''        mem = None if memory_mask is None else memory_mask[:, None, None, :]
-        x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))
-        x = self.ln2(x + self.drop(self.cross_attn(x, kv=x)))
-        return self.ln3(x + self.ff(x))
-''',
+        source=edit(A, "DecoderBlock", ("memory, mask=mem", "x")),
         must_fail=("test_decoder_values", "test_decoder_masks"), hint="instead of the memory"),
     Mistake(
         id="decoder_cross_queries_from_memory", cell="DecoderBlock",
         description="cross-attention the wrong way round: queries from the memory, keys/values from the decoder",
-        source=_DEC_INIT + _CAUSAL + '''        mem = None if memory_mask is None else memory_mask[:, None, None, :]
-        x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))
-        x = self.ln2(x + self.drop(self.cross_attn(memory, kv=x)))
-        return self.ln3(x + self.ff(x))
-''',
+        source=edit(A, "DecoderBlock", ("x, kv=memory, mask=mem", "memory, kv=x")),
         must_fail=("test_decoder_shapes", "test_decoder_values", "test_decoder_causal", "test_decoder_masks"),
         hint="shape mismatch"),
     Mistake(
         id="decoder_memory_mask_query_axis", cell="DecoderBlock",
         description="memory mask reshaped onto the query axis, (B, 1, S, 1)",
-        source=_DEC_INIT + _CAUSAL + '''        mem = None if memory_mask is None else memory_mask[:, None, :, None]
-        x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))
-        x = self.ln2(x + self.drop(self.cross_attn(x, kv=memory, mask=mem)))
-        return self.ln3(x + self.ff(x))
-''',
+        source=edit(A, "DecoderBlock", ("None, None, :]  #", "None, :, None]  #")),
         must_fail=("test_decoder_masks",), hint="query axis"),
     Mistake(
         id="decoder_memory_mask_ignored", cell="DecoderBlock",
         description="the memory mask is never applied: padded source tokens get attention",
-        source=_DEC_INIT + _CAUSAL + '''        x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))
-        x = self.ln2(x + self.drop(self.cross_attn(x, kv=memory)))
-        return self.ln3(x + self.ff(x))
-''',
+        source=edit(A, "DecoderBlock", ("        mem = None if memory_mask is None else memory_mask[:, None, None, :]  # (B, 1, 1, S)\n",
+                                        ""),
+                                       (", mask=mem", "")),
         must_fail=("test_decoder_masks",), hint="memory mask ignored"),
     Mistake(
         id="decoder_pre_ln", cell="DecoderBlock",
         description="pre-LN order instead of the paper's post-LN",
-        source=_DEC_INIT + _CAUSAL + '''        mem = None if memory_mask is None else memory_mask[:, None, None, :]
-        x = x + self.drop(self.self_attn(self.ln1(x), mask=mask))
-        x = x + self.drop(self.cross_attn(self.ln2(x), kv=memory, mask=mem))
-        return x + self.ff(self.ln3(x))
-''',
+        source=edit(A, "DecoderBlock", ("self.ln1(x + self.drop(self.self_attn(x, mask=mask)",
+                                        "x + self.drop(self.self_attn(self.ln1(x), mask=mask"),
+                                       ("self.ln2(x + self.drop(self.cross_attn(x, kv=memory, mask=mem)",
+                                        "x + self.drop(self.cross_attn(self.ln2(x), kv=memory, mask=mem"),
+                                       ("self.ln3(x + self.ff", "x + self.ff(self.ln3")),
         must_fail=("test_decoder_values", "test_decoder_masks"), hint="pre-LN"),
     Mistake(
         id="decoder_no_cross_residual", cell="DecoderBlock",
         description="no residual connection around the cross-attention",
-        source=_DEC_INIT + _CAUSAL + '''        mem = None if memory_mask is None else memory_mask[:, None, None, :]
-        x = self.ln1(x + self.drop(self.self_attn(x, mask=mask)))
-        x = self.ln2(self.drop(self.cross_attn(x, kv=memory, mask=mem)))
-        return self.ln3(x + self.ff(x))
-''',
+        source=edit(A, "DecoderBlock", ("ln2(x + self.", "ln2(self.")),
         must_fail=("test_decoder_values", "test_decoder_masks"), hint="no residual"),
     # -- Seq2SeqTransformer ------------------------------------------------------------------
     Mistake(
         id="s2s_no_positions", cell="Seq2SeqTransformer",
         description="no position encodings: the model cannot see the order of the source",
-        source=_S2S_INIT + '''        h = self.src_emb(src) * scale
-        for block in self.encoder:
-            h = block(h, mask=src_keep[:, None, None, :])
-        y = self.tgt_emb(tgt) * scale
-        for block in self.decoder:
-            y = block(y, h, self_mask=tgt_keep, memory_mask=src_keep)
-        return self.head(y)
-''',
+        source=edit(A, "Seq2SeqTransformer", (" + self.pos[: src.size(1)]", ""), (" + self.pos[: tgt.size(1)]", "")),
         must_fail=("test_seq2seq_source",), hint="position"),
     Mistake(
         id="s2s_source_padding_not_masked", cell="Seq2SeqTransformer",
         description="source padding is never masked, in the encoder or in the cross-attention",
-        source=_S2S_INIT + '''        h = self.src_emb(src) * scale + self.pos[: src.size(1)]
-        for block in self.encoder:
-            h = block(h)
-        y = self.tgt_emb(tgt) * scale + self.pos[: tgt.size(1)]
-        for block in self.decoder:
-            y = block(y, h, self_mask=tgt_keep)
-        return self.head(y)
-''',
+        source=edit(A, "Seq2SeqTransformer", (", mask=src_keep[:, None, None, :]", ""),
+                                             (", memory_mask=src_keep", "")),
         must_fail=("test_seq2seq_padding",), hint="padding"),
     Mistake(
         id="s2s_memory_is_decoder", cell="Seq2SeqTransformer",
         description="the decoder blocks get the decoder's own stream as memory: the source is never read",
-        source=_S2S_INIT + '''        h = self.src_emb(src) * scale + self.pos[: src.size(1)]
-        for block in self.encoder:
-            h = block(h, mask=src_keep[:, None, None, :])
-        y = self.tgt_emb(tgt) * scale + self.pos[: tgt.size(1)]
-        for block in self.decoder:
-            y = block(y, y, self_mask=tgt_keep)
-        return self.head(y)
-''',
+        source=edit(A, "Seq2SeqTransformer", ("h, self_mask=tgt_keep, memory_mask=src_keep", "y, self_mask=tgt_keep")),
         must_fail=("test_seq2seq_source",), hint="memory"),
     Mistake(
         id="s2s_head_src_vocab", cell="Seq2SeqTransformer",
         description="output layer sized to the source vocabulary",
-        source=_S2S_INIT.replace("self.head = nn.Linear(d_model, tgt_vocab)", "self.head = nn.Linear(d_model, src_vocab)")
-        + '''        h = self.src_emb(src) * scale + self.pos[: src.size(1)]
-        for block in self.encoder:
-            h = block(h, mask=src_keep[:, None, None, :])
-        y = self.tgt_emb(tgt) * scale + self.pos[: tgt.size(1)]
-        for block in self.decoder:
-            y = block(y, h, self_mask=tgt_keep, memory_mask=src_keep)
-        return self.head(y)
-''',
+        source=edit(A, "Seq2SeqTransformer", ("tgt_vocab)", "src_vocab)")),
         must_fail=("test_seq2seq_shapes",), hint="tgt_vocab"),
     Mistake(
         id="s2s_non_causal_decoder", cell="Seq2SeqTransformer",
         description="a decoder block without the causal mask: the model peeks at the target",
-        source=_S2S_INIT + '''        h = self.src_emb(src) * scale + self.pos[: src.size(1)]
-        for block in self.encoder:
-            h = block(h, mask=src_keep[:, None, None, :])
-        y = self.tgt_emb(tgt) * scale + self.pos[: tgt.size(1)]
-        for block in self.decoder:
-            y = block(y, h, self_mask=tgt_keep, memory_mask=src_keep)
-        return self.head(y)
-''',
+        source=solution(A, "Seq2SeqTransformer"),
         extra_cells={"DecoderBlock": _NON_CAUSAL_DECODER},
         must_fail=("test_seq2seq_causal",), hint="look ahead"),
     # -- greedy_decode -----------------------------------------------------------------------
@@ -210,15 +125,7 @@ MISTAKES = [
     Mistake(
         id="greedy_stops_at_first_finished", cell="greedy_decode",
         description="stops as soon as one sequence emits eos, cutting the others short",
-        source=_GREEDY_HEAD + '''        for _ in range(max_len):
-            nxt = model(src, ys)[:, -1].argmax(-1)
-            nxt = nxt.masked_fill(finished, eos_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
-            finished |= nxt == eos_id
-            if finished.any():
-                break
-    return ys
-''',
+        source=edit(A, "greedy_decode", ("bool(finished.all()", "finished.any(")),
         must_fail=("test_greedy_batch", "test_greedy_last_position"), hint="not every sequence"),
     Mistake(
         id="greedy_first_position_logits", cell="greedy_decode",
@@ -248,28 +155,12 @@ MISTAKES = [
     Mistake(
         id="greedy_drops_bos", cell="greedy_decode",
         description="returns the generated tokens without the leading bos",
-        source=_GREEDY_HEAD + '''        for _ in range(max_len):
-            nxt = model(src, ys)[:, -1].argmax(-1)
-            nxt = nxt.masked_fill(finished, eos_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
-            finished |= nxt == eos_id
-            if finished.all():
-                break
-    return ys[:, 1:]
-''',
+        source=edit(A, "greedy_decode", ("ys\n", "ys[:, 1:]\n")),
         must_fail=("test_greedy_single", "test_greedy_batch"), hint="without the bos"),
     Mistake(
         id="greedy_off_by_one", cell="greedy_decode",
         description="one step fewer than max_len (range(max_len - 1))",
-        source=_GREEDY_HEAD + '''        for _ in range(max_len - 1):
-            nxt = model(src, ys)[:, -1].argmax(-1)
-            nxt = nxt.masked_fill(finished, eos_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
-            finished |= nxt == eos_id
-            if finished.all():
-                break
-    return ys
-''',
+        source=edit(A, "greedy_decode", ("max_len)", "max_len - 1)")),
         must_fail=("test_greedy_batch",), hint="max_len"),
     # -- dropout placement (issue 24: a public decoder layer shipped it after the LayerNorm) ----------
     Mistake(

@@ -4,46 +4,6 @@ from . import Alternative, Mistake, edit
 
 A = "08_train_a_gpt"
 
-_GPT_HEAD = '''class GPT(nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer, n_head, d_model, dropout=0.0):
-        super().__init__()
-        self.block_size = block_size
-'''
-_GPT_INIT = '''        self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.pos_emb = nn.Embedding(block_size, d_model)
-        self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList([Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(d_model)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        self.lm_head.weight = self.tok_emb.weight
-'''
-_GPT_TAIL = '''        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m):
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
-
-    def forward(self, idx, targets=None):
-        B, T = idx.shape
-'''
-_GPT_FORWARD = '''        x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device)))
-        for block in self.blocks:
-            x = block(x, is_causal=True)
-        logits = self.lm_head(self.ln_f(x))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
-        return logits, loss
-'''
-
-
-def _gpt(init=_GPT_INIT, forward=_GPT_FORWARD) -> str:
-    return _GPT_HEAD + init + _GPT_TAIL + forward
-
-
 _GENERATE = '''@torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     for _ in range(max_new_tokens):
@@ -103,14 +63,7 @@ MISTAKES = [
     Mistake(
         id="warmup_off_by_one", cell="lr_at",
         description="warmup as step / warmup_steps: step 0 has learning rate 0",
-        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
-    if step < warmup_steps:
-        return max_lr * step / warmup_steps
-    if step >= max_steps:
-        return min_lr
-    r = (step - warmup_steps) / (max_steps - warmup_steps)
-    return min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (max_lr - min_lr)
-''',
+        source=edit(A, "lr_at", ("(step + 1)", "step")),
         must_fail=("test_lr_at_warmup",), hint="warmup is off by one"),
     Mistake(
         id="cosine_ignores_warmup", cell="lr_at",
@@ -126,60 +79,49 @@ MISTAKES = [
     Mistake(
         id="no_floor_after_max_steps", cell="lr_at",
         description="no constant min_lr after max_steps: the cosine climbs back up",
-        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    r = (step - warmup_steps) / (max_steps - warmup_steps)
-    return min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (max_lr - min_lr)
-''',
+        source=edit(A, "lr_at", ("    if step >= max_steps:\n        return min_lr\n", "")),
         must_fail=("test_lr_at_cosine",), hint="after max_steps"),
     Mistake(
         id="cosine_to_zero", cell="lr_at",
         description="cosine decays to 0 instead of min_lr",
-        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= max_steps:
-        return min_lr
-    r = (step - warmup_steps) / (max_steps - warmup_steps)
-    return 0.5 * (1 + math.cos(math.pi * r)) * max_lr
-''',
+        source=edit(A, "lr_at", ("min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (max_lr - min_lr)",
+                                 "0.5 * (1 + math.cos(math.pi * r)) * max_lr")),
         must_fail=("test_lr_at_cosine",), hint="ends at 0, not at min_lr"),
     # -- GPT ---------------------------------------------------------------------------------
     Mistake(
         id="causal_mask_missing", cell="GPT",
         description="blocks called without is_causal=True: every position sees the future",
-        source=_gpt(forward=_GPT_FORWARD.replace("block(x, is_causal=True)", "block(x)")),
+        source=edit(A, "GPT", (", is_causal=True", "")),
         must_fail=("test_gpt_causal",), hint="causal mask is missing"),
     Mistake(
         id="position_embeddings_missing", cell="GPT",
         description="position embeddings created but never added: the model cannot tell the order",
-        source=_gpt(forward=_GPT_FORWARD.replace(" + self.pos_emb(torch.arange(T, device=idx.device))", "")),
+        source=edit(A, "GPT", ("tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device))   # (B, T, D)\n"
+                               "        x = self.drop(x",
+                               "drop(self.tok_emb(idx)")),
         must_fail=("test_gpt_positions_tying",), hint="position embeddings are not added"),
     Mistake(
         id="weight_tying_broken_copy", cell="GPT",
         description="weight tying by copying .data: two separate parameters that drift apart",
-        source=_gpt(init=_GPT_INIT.replace("self.lm_head.weight = self.tok_emb.weight",
-                                           "self.lm_head.weight.data = self.tok_emb.weight.data")),
+        source=edit(A, "GPT", ("weight = self.tok_emb.weight", "weight.data = self.tok_emb.weight.data")),
         must_fail=("test_gpt_positions_tying",), hint="weight tying is broken"),
     Mistake(
         id="targets_shifted_twice", cell="GPT",
         description="the loss shifts the targets again (logits[:, :-1] vs targets[:, 1:]): get_batch already did",
-        source=_gpt(forward=_GPT_FORWARD.replace(
-            "loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))",
-            "loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), targets[:, 1:].reshape(-1))")),
+        source=edit(A, "GPT", ("logits.view(B * T, -1), targets.reshape(B * T",
+                               "logits[:, :-1].reshape(-1, logits.size(-1)), targets[:, 1:].reshape(-1")),
         must_fail=("test_gpt_forward",), hint="do not shift the targets again"),
     Mistake(
         id="blocks_in_python_list", cell="GPT",
         description="blocks kept in a Python list: their parameters are not registered and never train",
-        source=_gpt(init=_GPT_INIT.replace("nn.ModuleList([Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)])",
-                                           "[Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)]")),
+        source=edit(A, "GPT", ("nn.ModuleList([Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)])",
+                               "[Block(d_model, n_head, dropout=dropout) for _ in range(n_layer)]")),
         must_fail=("test_gpt_overfits",), hint="nn.ModuleList"),
     # -- generate ----------------------------------------------------------------------------
     Mistake(
         id="context_not_cropped", cell="generate",
         description="the whole sequence is fed to the model: it fails once it is longer than block_size",
-        source=_generate(crop="idx"),
+        source=edit(A, "generate", ("[:, -model.block_size:]", "")),
         must_fail=("test_generate_basics",), hint="not cropped"),
     Mistake(
         id="first_position_logits", cell="generate",
@@ -194,19 +136,21 @@ MISTAKES = [
     Mistake(
         id="top_k_keeps_wrong_tokens", cell="generate",
         description="top-k compares with the largest logit instead of the k-th largest: only the top token survives",
-        source=_generate(topk="            v = torch.topk(logits, top_k).values\n"
-                              "            logits = logits.masked_fill(logits < v[:, [0]], float('-inf'))"),
+        source=edit(A, "generate", ("kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]",
+                                    "v = torch.topk(logits, top_k).values"),
+                                   ('kth, float("-inf"', "v[:, [0]], float('-inf'")),
         must_fail=("test_generate_sampling",), hint="top-k keeps the wrong tokens"),
     Mistake(
         id="top_k_keeps_smallest", cell="generate",
         description="top-k with largest=False: keeps the k least likely tokens",
-        source=_generate(topk="            v = torch.topk(logits, top_k, largest=False).values\n"
-                              "            logits = logits.masked_fill(logits > v[:, [-1]], float('-inf'))"),
+        source=edit(A, "generate", ("kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]",
+                                    "v = torch.topk(logits, top_k, largest=False).values"),
+                                   ('< kth, float("-inf"', "> v[:, [-1]], float('-inf'")),
         must_fail=("test_generate_sampling",), hint="top-k keeps the wrong tokens"),
     Mistake(
         id="generator_not_used", cell="generate",
         description="samples with the global random state: text is not reproducible from a seed",
-        source=_generate().replace("num_samples=1, generator=generator", "num_samples=1"),
+        source=edit(A, "generate", (", generator=generator", "")),
         must_fail=("test_generate_basics",), hint="pass the generator on"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
