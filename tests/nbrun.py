@@ -121,7 +121,7 @@ def run(assignment: str, overrides: dict[str, str] | None = None, *, only=None,
     ns: dict = {"__name__": "__main__"}
     results: dict[str, Result] = {}
     with grading(assignment):
-        for cell in cells(assignment):
+        for i, cell in enumerate(cells(assignment)):
             if cell.kind == "test":
                 if only is None or cell.gid in only:
                     results[cell.gid] = run_test(ns, cell, part)
@@ -129,7 +129,7 @@ def run(assignment: str, overrides: dict[str, str] | None = None, *, only=None,
             src = overrides.get(cell.gid, cell.source) if cell.kind == "answer" else cell.source
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    exec(compile(src, f"<cell {cell.gid}>", "exec"), ns)  # noqa: S102 - our notebooks
+                    exec(compile(src, f"<cell {cell.gid or i}>", "exec"), ns)  # noqa: S102 - our notebooks
             except Exception:  # noqa: BLE001 - with a wrong answer, later cells may fail too, as in a notebook
                 if not overrides:
                     raise

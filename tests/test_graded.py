@@ -63,3 +63,19 @@ def test_an_installed_package_has_the_graded_items(tmp_path):
     res = subprocess.run([sys.executable, "-c", code, str(target)], cwd=tmp_path, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [str(sum(len(t) for t in graded.TESTS.values())), str(len(graded.ANSWERS))]
+
+
+def test_a_changed_release_is_reported(tmp_path):
+    """`release --check` (and the test above) notice when the notebooks and the module disagree."""
+    import json
+    import shutil
+
+    shutil.copytree(REPO / "exercises", tmp_path / "exercises")
+    path = tmp_path / "exercises" / "02_attention_as_lookup" / "02_attention_as_lookup.ipynb"
+    nb = json.loads(path.read_text())
+    first_test = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade"))
+    first_test["metadata"]["nbgrader"]["points"] += 1
+    path.write_text(json.dumps(nb))
+    assert graded_facts.diff(tmp_path / "exercises") == [
+        "attention_workbook/checks/graded.py differs from the nbgrader metadata of exercises/ (run `make release`)"]
+    assert graded_facts.diff(REPO / "exercises") == []
