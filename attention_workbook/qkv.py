@@ -64,14 +64,14 @@ def attention(q, k, v, mask=None, scale: bool = True, temperature: float = 1.0):
 # Hand-made 6-feature embeddings for a tiny sentence; features:
 # [noun, pronoun, verb, animate, determiner, food]
 FEATURES = ["noun", "pronoun", "verb", "animate", "determiner", "food"]
-SENTENCE = ["the", "man", "ate", "breakfast", "and", "he", "left"]
+SENTENCE = ["the", "pilot", "drank", "coffee", "and", "she", "left"]
 _EMB = {
     "the": [0, 0, 0, 0, 1, 0],
-    "man": [1, 0, 0, 1, 0, 0],
-    "ate": [0, 0, 1, 0, 0, 0],
-    "breakfast": [1, 0, 0, 0, 0, 1],
+    "pilot": [1, 0, 0, 1, 0, 0],
+    "drank": [0, 0, 1, 0, 0, 0],
+    "coffee": [1, 0, 0, 0, 0, 1],
     "and": [0, 0, 0, 0, 0, 0],
-    "he": [0, 1, 0, 1, 0, 0],
+    "she": [0, 1, 0, 1, 0, 0],
     "left": [0, 0, 1, 0, 0, 0],
 }
 

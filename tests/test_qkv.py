@@ -89,7 +89,7 @@ def test_word_table_and_sentence_embeddings():
     assert t.words == list(dict.fromkeys(qkv.SENTENCE))  # distinct words, sentence order
     assert t.keys.shape == (len(t.words), len(qkv.FEATURES))
     assert torch.equal(t.values, torch.eye(len(t.words)))
-    assert torch.equal(t.keys[t.words.index("man")], torch.tensor([1.0, 0, 0, 1, 0, 0]))
+    assert torch.equal(t.keys[t.words.index("pilot")], torch.tensor([1.0, 0, 0, 1, 0, 0]))
     x = qkv.sentence_embeddings()
     assert x.shape == (len(qkv.SENTENCE), len(qkv.FEATURES))
     assert torch.equal(x, qkv.sentence_embeddings())  # seeded, reproducible
@@ -100,7 +100,7 @@ def test_feature_query_soft_lookup_finds_the_animate_noun():
     assert torch.equal(q, torch.tensor([2.0, 0, 0, 2, 0, 0]))
     t = qkv.word_table()
     answer = torch.softmax(t.keys @ q, dim=-1) @ t.values  # the lecture's recap of lecture 02
-    assert t.words[int(answer.argmax())] == "man" and float(answer.max()) > 0.7
+    assert t.words[int(answer.argmax())] == "pilot" and float(answer.max()) > 0.7
     with pytest.raises(ValueError, match="unknown features"):
         qkv.feature_query(colour=1)
 
