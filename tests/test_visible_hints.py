@@ -1,6 +1,6 @@
-"""Visible checks, fast and in-process (no kernel, no nbgrader), for every exercise at once:
+"""Visible checks, fast and in-process (no kernel, no nbgrader), for every exercise at once
+(that the solution passes them, silently, is tests/test_checks.py's test_solution_passes):
 
-* the solution passes every visible check;
 * every catalogued mistake with a hint fails a visible check whose message contains that hint;
   a contract-breaking mistake (``visible=True``: right on some of the inputs the text promises,
   wrong on others) fails the visible part of EVERY cell it loses at grading, so nothing is
@@ -39,16 +39,6 @@ def run_cells(assignment: str, overrides: dict[str, str], hidden: bool = False,
 def run_visible(assignment: str, overrides: dict[str, str], only: set[str] | None = None) -> dict[str, str | None]:
     """{test cell id: failure message of its visible part, or None}."""
     return {k: msg for k, (msg, _err) in run_cells(assignment, overrides, only=only).items()}
-
-
-@pytest.mark.parametrize("assignment", assignments())
-def test_solution_passes_visible_checks(assignment):
-    results = run_cells(assignment, {})
-    assert results, "no test cells found"
-    failed = {k: msg for k, (msg, _) in results.items() if msg}
-    assert not failed, failed
-    noisy = {k: err for k, (_, err) in results.items() if err}
-    assert not noisy, noisy
 
 
 # ----------------------------------------------------------------------------------------
