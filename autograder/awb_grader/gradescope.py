@@ -115,20 +115,9 @@ def results_json(out: harness.Outcome, visibility: str) -> dict:
 
 def run(base: Path = Path("/autograder")) -> int:
     """``run_autograder``: grade the upload, write results.json. Always writes it."""
-    src = base / "source"
-    settings = json.loads((src / "harness.json").read_text())
-    a = settings["assignment"]
-    upload = harness.find_upload(base / "submission", a)
-    out = harness.grade_upload(upload, a, base / "course", src / "exercises" / a / f"{a}.ipynb",
-                               timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"),
-                               unprotected=bool(settings.get("unprotected")))
-    res = results_json(out, settings.get("visibility", "after_published"))
-    (base / "results").mkdir(parents=True, exist_ok=True)
-    tmp = base / "results" / "results.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1))
-    tmp.replace(base / "results" / "results.json")
-    print(out.instructor_report())
-    return 0
+    settings = json.loads((base / "source" / "harness.json").read_text())
+    out = harness.grade_as_built(settings, base / "submission", base / "course", base / "source" / "exercises")
+    return harness.report(out, results_json(out, settings.get("visibility", "after_published")), base / "results")
 
 
 def prepare(base: Path = Path("/autograder")) -> int:

@@ -291,6 +291,26 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
     return out
 
 
+def grade_as_built(settings: dict, uploads: Path, root: Path, exercises: Path) -> Outcome:
+    """Grade the upload found in ``uploads`` into the course root ``root`` as a build's settings
+    (its ``harness.json``) say; ``exercises``: the build's copy of the release."""
+    a = settings["assignment"]
+    return grade_upload(find_upload(uploads, a), a, root, Path(exercises) / a / f"{a}.ipynb",
+                        timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"),
+                        unprotected=bool(settings.get("unprotected")))
+
+
+def report(out: Outcome, results: dict, folder: Path) -> int:
+    """Write a platform's ``results.json`` into ``folder`` (whole or not at all) and print the
+    instructor's report; the exit status of the platform's grading command."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(folder / "results.json")
+    print(out.instructor_report())
+    return 0
+
+
 def _gradebook_scores(root: Path, assignment: str) -> dict[str, float]:
     """{grade id: score} of the student's submission in nbgrader's gradebook (a manual score,
     which the outside verdict sets to 0 to withhold a cell, wins over the autograder's)."""

@@ -109,20 +109,11 @@ def results_json(out: harness.Outcome) -> dict:
 
 
 def run(base: Path = Path("/grade")) -> int:
+    """The entrypoint: grade /grade/student, write /grade/results/results.json. Always writes it."""
     settings = json.loads((base / "tests" / "harness.json").read_text())
-    a = settings["assignment"]
     core = Path(__file__).resolve().parents[2]
-    upload = harness.find_upload(base / "student", a)
-    work = base / "awb-work"
-    out = harness.grade_upload(upload, a, work / "course", core / "exercises" / a / f"{a}.ipynb",
-                               timeout=int(settings.get("timeout") or 60), memory_mb=settings.get("memory_mb"),
-                               unprotected=bool(settings.get("unprotected")))
-    (base / "results").mkdir(parents=True, exist_ok=True)
-    tmp = base / "results" / "results.json.tmp"
-    tmp.write_text(json.dumps(results_json(out), indent=1))
-    tmp.replace(base / "results" / "results.json")
-    print(out.instructor_report())
-    return 0
+    out = harness.grade_as_built(settings, base / "student", base / "awb-work" / "course", core / "exercises")
+    return harness.report(out, results_json(out), base / "results")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,6 @@ copy, so merging twice changes nothing, and a shard that died is re-run alone an
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -26,7 +25,6 @@ import time
 from pathlib import Path
 
 STEPS = ("submitted", "autograded", "feedback", "originals")
-STATE = "cohort_state.json"
 ENV_INDEX = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
 NOTHING = "nothing graded in the shards"
 
@@ -101,14 +99,11 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     """Fold the shards ``roots`` into ``course``; returns the cohort summary."""
     from nbgrader.api import Gradebook
 
-    from .cohort import build_course
+    from .cohort import build_course, load_state, save_state
     from .parallel import store_submission, submission_data
 
     course = Path(course).resolve()
-    states = {}
-    for r in roots:
-        p = Path(r) / STATE
-        states[Path(r)] = json.loads(p.read_text()) if p.exists() else {}
+    states = {Path(r): load_state(r) for r in roots}
     names = sorted({a for st in states.values() for a in st})
     if not names:
         return NOTHING
@@ -116,8 +111,7 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     t0 = time.perf_counter()
     build_course(course, names, empty, say=_quiet)
     t_build = time.perf_counter() - t0
-    main_state_path = course / STATE
-    merged = json.loads(main_state_path.read_text()) if main_state_path.exists() else {}
+    merged = load_state(course)
     n = 0
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as dst:
         for r, st in states.items():
@@ -135,9 +129,7 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
                             store_submission(dst, a, s, data)
                         merged.setdefault(a, {})[s] = rec
                         n += 1
-    tmp = course / (STATE + ".tmp")
-    tmp.write_text(json.dumps({a: dict(sorted(p.items())) for a, p in sorted(merged.items())}, indent=1))
-    tmp.replace(main_state_path)
+    save_state(course, merged)
     t_fold = time.perf_counter() - t0 - t_build
     res = build_course(course, names, empty, say=_quiet)
     t_export = time.perf_counter() - t0 - t_build - t_fold
