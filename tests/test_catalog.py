@@ -60,7 +60,9 @@ def test_catalog(assignment, tmp_path, monkeypatch):
             failed = [c for c, v in scores.items() if v < graded.max_scores[c]]
             groups = catalog.named_by_errors(assignment, failed, {c: error_text(nb, c) for c in failed})
             own = (m.cell, *m.extra_cells)
-            earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(m.cell)]
+            earlier = [
+                x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(m.cell)
+            ]
             if not any(m in g for g in groups) or earlier:
                 problems.append(f"{m.id}: the grade table would name {[[x.id for x in g] for g in groups]}")
             ambiguous += any(m in g and len(g) > 1 for g in groups)
@@ -71,10 +73,12 @@ def test_catalog(assignment, tmp_path, monkeypatch):
             lost = {c: s for c, s in graded.scores[student].items() if s < graded.max_scores[c]}
             problems.append(f"correct alternative {a.id} lost points: {lost}")
     assert not problems, "\n".join(problems)
-    print(f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
-          f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}; "
-          f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
-          f"{downstream} also a mistake in a later function whose check they break")
+    print(
+        f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
+        f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}; "
+        f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
+        f"{downstream} also a mistake in a later function whose check they break"
+    )
 
 
 # catalogued mistakes per answer cell: 3 at least, more where an item has more ways to go wrong

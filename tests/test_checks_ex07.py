@@ -43,7 +43,11 @@ def test_every_named_variant_differs_from_the_correct_output():
         for name, kw in checks.WIRINGS.items():
             assert not checks.close(checks.decoder_by_parts(block, x, mem, keep, keep, **kw), want), name
     # each greedy variant differs from the right answer in at least one of the visible cases
-    cases = [([[5, 6, 2, 7, 7]], 10), ([[4, 2], [5, 6, 7, 2], [8, 9, 3, 9, 3, 9, 3, 9]], 6), ([[2, 5], [6, 6, 2, 4]], 8)]
+    cases = [
+        ([[5, 6, 2, 7, 7]], 10),
+        ([[4, 2], [5, 6, 7, 2], [8, 9, 3, 9, 3, 9, 3, 9]], 6),
+        ([[2, 5], [6, 6, 2, 4]], 8),
+    ]
     names = checks.greedy_wrong_variants(*cases[0][:1], cases[0][1], 1, 2).keys()
     for name in names:
         differs = []

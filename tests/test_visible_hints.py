@@ -95,18 +95,23 @@ ALL_MISTAKES = [(a, m) for a in assignments() for m in catalog.mistakes(a)]
 
 @pytest.mark.parametrize("assignment,mistake", ALL_MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in ALL_MISTAKES])
 def test_visible_checks_name_the_mistake(assignment, mistake):
-    results = run_visible(assignment, {mistake.cell: mistake.source, **mistake.extra_cells}, only=set(mistake.must_fail))
+    results = run_visible(
+        assignment, {mistake.cell: mistake.source, **mistake.extra_cells}, only=set(mistake.must_fail)
+    )
     messages = {c: results.get(c) or "" for c in mistake.must_fail}
     leaks = {c: _leaks(assignment, msg) for c, msg in messages.items() if _leaks(assignment, msg)}
     assert not leaks, f"{mistake.id}: a message hands out solution code: {leaks}"
     if mistake.visible:
         silent = [c for c, msg in messages.items() if not msg]
-        assert not silent, (f"{mistake.id} breaks the contract, yet the visible part of {silent} passes: "
-                            "the student would lose those points at grading without a warning")
+        assert not silent, (
+            f"{mistake.id} breaks the contract, yet the visible part of {silent} passes: "
+            "the student would lose those points at grading without a warning"
+        )
     if mistake.hint:
         assert any(messages.values()), f"{mistake.id} passes every visible check it should fail"
-        assert any(mistake.hint.lower() in m.lower() for m in messages.values()), \
-            "\n---\n".join(m for m in messages.values() if m)
+        assert any(mistake.hint.lower() in m.lower() for m in messages.values()), "\n---\n".join(
+            m for m in messages.values() if m
+        )
 
 
 @pytest.mark.parametrize("assignment", assignments())
@@ -161,7 +166,7 @@ def test_alternative_passes_without_a_word_on_stderr(assignment, alt):
 
     before = core.CAPTURED["warnings"]
     results = run_cells(assignment, dict(alt.cells), hidden=True)
-    if alt.id.startswith("warnings_"):   # written to raise warnings: make sure it does (else this tests nothing)
+    if alt.id.startswith("warnings_"):  # written to raise warnings: make sure it does (else this tests nothing)
         assert core.CAPTURED["warnings"] > before, f"{alt.id} raised no warning inside the checks"
     failed = {k: msg for k, (msg, _) in results.items() if msg}
     assert not failed, failed
@@ -202,5 +207,6 @@ def test_grade_table_names_the_mistake(assignment, mistake):
     order = list(solution_cells(assignment))
     own = (mistake.cell, *mistake.extra_cells)
     earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(mistake.cell)]
-    assert any(mistake in g for g in groups) and not earlier, \
+    assert any(mistake in g for g in groups) and not earlier, (
         f"{mistake.id}: the grade table would name {[[x.id for x in g] for g in groups]} (lost: {failed})"
+    )

@@ -3,9 +3,10 @@
 Every student installs this package, and it holds the reference implementation of nearly
 every graded item (``qkv``, ``mha``, ``blocks``, ``gpt``, ...). Delegating a graded item to
 one (subclassing it, calling it, importing it under another name, ``getattr`` on its module,
-fetching its module by name with importlib, ``__import__`` or ``sys.modules``) earns no points. What an exercise *provides* on purpose (the earlier exercises' answers its
-import cell loads, e.g. 06's ``MultiHeadAttention``) stays allowed: :data:`EXERCISES` says,
-per exercise, which names are graded and which package objects are provided.
+fetching its module by name with importlib, ``__import__`` or ``sys.modules``) earns no points.
+What an exercise *provides* on purpose (the earlier exercises' answers its import cell loads,
+e.g. 06's ``MultiHeadAttention``) stays allowed: :data:`EXERCISES` says, per exercise, which
+names are graded and which package objects are provided.
 
 :func:`reference_uses` looks at the objects themselves (base classes, and the bytecode of every
 function and method: the globals and attribute chains it loads, defaults, closures), following
@@ -30,8 +31,9 @@ NEUTRAL = ("attention_workbook.plotting", "attention_workbook.config", "attentio
 # Per exercise ("05"): the graded names (its answer cells) and the package objects it provides
 # (what its read-only cells before the first answer import: an earlier exercise's answer, toy
 # data), generated from the release notebooks (checks/graded.py).
-EXERCISES: dict[str, dict] = {ex[:2]: {"graded": list(graded.ANSWERS[ex]), "provided": list(graded.PROVIDED[ex])}
-                              for ex in graded.ANSWERS}
+EXERCISES: dict[str, dict] = {
+    ex[:2]: {"graded": list(graded.ANSWERS[ex]), "provided": list(graded.PROVIDED[ex])} for ex in graded.ANSWERS
+}
 
 
 def qualified(obj) -> str:
@@ -87,9 +89,15 @@ def _chains(code):
     while i < len(ins):
         op = ins[i]
         if op.opname == "IMPORT_NAME" and isinstance(op.argval, str) and _in_package(op.argval):
-            j = i + 1           # from <package module> import name, ... inside a function
-            while j < len(ins) and ins[j].opname in ("IMPORT_FROM", "STORE_FAST", "STORE_NAME", "STORE_DEREF",
-                                                     "STORE_GLOBAL", "POP_TOP"):
+            j = i + 1  # from <package module> import name, ... inside a function
+            while j < len(ins) and ins[j].opname in (
+                "IMPORT_FROM",
+                "STORE_FAST",
+                "STORE_NAME",
+                "STORE_DEREF",
+                "STORE_GLOBAL",
+                "POP_TOP",
+            ):
                 if ins[j].opname == "IMPORT_FROM":
                     yield "IMPORT", op.argval, [ins[j].argval], None
                 j += 1
@@ -101,7 +109,11 @@ def _chains(code):
             while j < len(ins) and ins[j].opname in _ATTRS:
                 attrs.append(ins[j].argval)
                 j += 1
-            const = ins[j].argval if j < len(ins) and ins[j].opname == "LOAD_CONST" and isinstance(ins[j].argval, str) else None
+            const = (
+                ins[j].argval
+                if j < len(ins) and ins[j].opname == "LOAD_CONST" and isinstance(ins[j].argval, str)
+                else None
+            )
             yield op.opname, op.argval, attrs, const
             i = j
         else:
@@ -160,12 +172,14 @@ class _Finder:
                 self.value(x)
             return
         t = type(v)
-        if is_reference(t, self.exercise):         # an instance of a reference class
+        if is_reference(t, self.exercise):  # an instance of a reference class
             self.note("uses an instance of", t)
 
     def is_student(self, obj) -> bool:
         mod = getattr(obj, "__module__", None)
-        if mod != "__main__" and not (self.namespace is not None and getattr(obj, "__globals__", None) is self.namespace):
+        if mod != "__main__" and not (
+            self.namespace is not None and getattr(obj, "__globals__", None) is self.namespace
+        ):
             return False
         return True
 
@@ -175,7 +189,7 @@ class _Finder:
         self.seen.add(id(obj))
         name = getattr(obj, "__name__", "")
         if not top and name in self.graded and self.namespace is not None and self.namespace.get(name) is obj:
-            return                                   # another graded item: judged on its own
+            return  # another graded item: judged on its own
         if isinstance(obj, type):
             for base in obj.__mro__[1:]:
                 if is_reference(base, self.exercise):
@@ -201,12 +215,11 @@ class _Finder:
             return
         self.seen.add(id(f))
         glb = f.__globals__
-        builtins = glb.get("__builtins__", {})
         cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
         for d in (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values()):
             self.value(d)
         for code in _code_objects(f.__code__):
-            for mod in _named_modules(code):        # importlib.import_module("attention_workbook.mha").x
+            for mod in _named_modules(code):  # importlib.import_module("attention_workbook.mha").x
                 for attr in code.co_names:
                     obj = getattr(mod, attr, None)
                     if not isinstance(obj, (types.ModuleType, type(None))) and is_reference(obj, self.exercise):
@@ -259,8 +272,8 @@ def exercise_of_caller(depth: int = 2) -> str | None:
     while frame is not None:
         mod = frame.f_globals.get("__name__", "")
         for prefix in ("attention_workbook.checks.ex", "awb_grader.hidden.ex"):
-            if mod.startswith(prefix) and mod[len(prefix):len(prefix) + 2].isdigit():
-                return mod[len(prefix):len(prefix) + 2]
+            if mod.startswith(prefix) and mod[len(prefix) : len(prefix) + 2].isdigit():
+                return mod[len(prefix) : len(prefix) + 2]
         frame = frame.f_back
     return None
 
@@ -296,7 +309,9 @@ def check(fn, name: str) -> None:
     found = reference_uses(fn, exercise, getattr(main, "__dict__", None))
     if found:
         ref = found[0].split(" ")[-1]
-        raise CheckFailed(f"{name} {found[0]}: the workbook's reference, not your own work",
-                          hint=f"this calls the workbook's reference `{ref}`; write your own "
-                               "(graded items earn points only for your own code)",
-                          details=found[1:4])
+        raise CheckFailed(
+            f"{name} {found[0]}: the workbook's reference, not your own work",
+            hint=f"this calls the workbook's reference `{ref}`; write your own "
+            "(graded items earn points only for your own code)",
+            details=found[1:4],
+        )
