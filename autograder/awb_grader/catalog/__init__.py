@@ -80,11 +80,21 @@ def solution(assignment: str, cell: str) -> str:
     return _solution_cells(assignment)[cell]
 
 
-def edit(assignment: str, cell: str, *changes: tuple[str, str]) -> str:
+def edit(assignment: str, cell: str, *changes: tuple[str | tuple[str, str], str]) -> str:
     """The solution cell ``cell`` with each ``(old, new)`` replaced (every ``old`` must occur:
-    a change to the solution that breaks an entry fails loudly instead of testing nothing)."""
+    a change to the solution that breaks an entry fails loudly instead of testing nothing).
+    ``old`` may be a pair ``(first, last)``: the text from ``first`` (which must occur once)
+    through the next ``last``, for a change that spans lines the entry need not copy."""
     src = solution(assignment, cell)
     for old, new in changes:
+        if isinstance(old, tuple):
+            first, last = old
+            i = src.find(first) if src.count(first) == 1 else -1
+            j = src.find(last, i + len(first)) if i >= 0 else -1
+            if j < 0:
+                raise ValueError(f"catalog edit of {assignment}/{cell}: no single {first!r} ... {last!r} in the solution")
+            src = src[:i] + new + src[j + len(last):]
+            continue
         if old not in src:
             raise ValueError(f"catalog edit of {assignment}/{cell}: {old!r} is not in the solution")
         src = src.replace(old, new)

@@ -14,37 +14,27 @@ MISTAKES = [
     Mistake(
         id="pairwise_channels", cell="pairwise_dots",
         description="x.mT @ x: compares channels with channels, (B, C, C)",
-        source='''def pairwise_dots(x):
-    return x.mT @ x
-''',
+        source=edit(A, "pairwise_dots", ("x @ x.transpose(-2, -1)", "x.mT @ x")),
         must_fail=_PAIR, hint="compared channels"),
     Mistake(
         id="pairwise_diagonal_only", cell="pairwise_dots",
         description="(x * x).sum(-1): only each token with itself, (B, T)",
-        source='''def pairwise_dots(x):
-    return (x * x).sum(dim=-1)
-''',
+        source=edit(A, "pairwise_dots", ("x @ x.transpose(-2, -1)", "(x * x).sum(dim=-1)")),
         must_fail=_PAIR, hint="diagonal"),
     Mistake(
         id="pairwise_dot_T", cell="pairwise_dots",
         description="x @ x.T: .T reverses all three axes of a batched tensor",
-        source='''def pairwise_dots(x):
-    return x @ x.T
-''',
+        source=edit(A, "pairwise_dots", ("x.transpose(-2, -1)", "x.T")),
         must_fail=_PAIR, hint="x.mT", visible=True),
     Mistake(
         id="pairwise_scaled", cell="pairwise_dots",
         description="divides the dot products by sqrt(C), anticipating attention's scaling",
-        source='''def pairwise_dots(x):
-    return x @ x.transpose(-2, -1) / x.shape[-1] ** 0.5
-''',
+        source=edit(A, "pairwise_dots", ("x @ x.transpose(-2, -1)", "x @ x.transpose(-2, -1) / x.shape[-1] ** 0.5")),
         must_fail=("test_pairwise_dots_values",), hint="sqrt(C)"),
     Mistake(
         id="pairwise_softmax", cell="pairwise_dots",
         description="returns softmax(scores) instead of the raw dot products",
-        source='''def pairwise_dots(x):
-    return torch.softmax(x @ x.mT, dim=-1)
-''',
+        source=edit(A, "pairwise_dots", ("x @ x.transpose(-2, -1)", "torch.softmax(x @ x.transpose(-2, -1), dim=-1)")),
         must_fail=("test_pairwise_dots_values",), hint="softmax"),
     # -- split_last -----------------------------------------------------------------------
     Mistake(
@@ -60,12 +50,8 @@ MISTAKES = [
     Mistake(
         id="split_assumes_3d", cell="split_last",
         description="unpacks B, T, D = x.shape: only works for 3-D inputs",
-        source='''def split_last(x, n):
-    B, T, D = x.shape
-    if D % n:
-        raise ValueError("D not divisible by n")
-    return x.reshape(B, T, n, D // n)
-''',
+        source=edit(A, "split_last", ("D = x.shape[-1]", "B, T, D = x.shape"),
+                    ("x.reshape(*x.shape[:-1], n, D // n)", "x.reshape(B, T, n, D // n)")),
         must_fail=_SPLIT + ("test_split_last_error",), hint="don't assume x is 3-D", visible=True),
     Mistake(
         id="split_groups_first", cell="split_last",
@@ -75,97 +61,71 @@ MISTAKES = [
     Mistake(
         id="split_no_error", cell="split_last",
         description="no divisibility check: reshape raises RuntimeError, not ValueError",
-        source='''def split_last(x, n):
-    return x.reshape(*x.shape[:-1], n, x.shape[-1] // n)
-''',
+        source=edit(A, "split_last", (("    if D % n != 0:", 'equal groups")\n'), "")),
         must_fail=("test_split_last_error",), hint="not ValueError"),
     # -- batched_outer --------------------------------------------------------------------
     Mistake(
         id="outer_swapped", cell="batched_outer",
         description="a[:, None, :] * b[:, :, None]: gives (B, n, m)",
-        source='''def batched_outer(a, b):
-    return a[:, None, :] * b[:, :, None]
-''',
+        source=edit(A, "batched_outer", ("a[:, :, None] * b[:, None, :]", "a[:, None, :] * b[:, :, None]")),
         must_fail=_OUTER, hint="a's axis must come first"),
     Mistake(
         id="outer_einsum_sums_batch", cell="batched_outer",
         description="einsum 'bi,bj->ij': the batch index is summed out",
-        source='''def batched_outer(a, b):
-    return torch.einsum("bi,bj->ij", a, b)
-''',
+        source=edit(A, "batched_outer", ("a[:, :, None] * b[:, None, :]", 'torch.einsum("bi,bj->ij", a, b)')),
         must_fail=_OUTER, hint="summed out"),
     Mistake(
         id="outer_matmul_over_batch", cell="batched_outer",
         description="a.T @ b: one (m, n) matrix summed over the batch",
-        source='''def batched_outer(a, b):
-    return a.T @ b
-''',
+        source=edit(A, "batched_outer", ("a[:, :, None] * b[:, None, :]", "a.T @ b")),
         must_fail=_OUTER, hint="batch axis is gone"),
     Mistake(
         id="outer_torch_outer", cell="batched_outer",
         description="torch.outer on 2-D inputs (it only takes vectors)",
-        source='''def batched_outer(a, b):
-    return torch.outer(a, b)
-''',
+        source=edit(A, "batched_outer", ("a[:, :, None] * b[:, None, :]", "torch.outer(a, b)")),
         must_fail=_OUTER, hint="only takes two vectors", visible=True),
     # -- einsum_matmul --------------------------------------------------------------------
     Mistake(
         id="einsum_uses_at", cell="einsum_matmul",
         description="uses @ instead of einsum",
-        source='''def einsum_matmul(A, B):
-    return A @ B
-''',
+        source=edit(A, "einsum_matmul", ('torch.einsum("...ik,...kj->...ij", A, B)', "A @ B")),
         must_fail=_EINSUM, hint="off limits"),
     Mistake(
         id="einsum_no_ellipsis", cell="einsum_matmul",
         description="'ik,kj->ij' without '...': fails for batched inputs",
-        source='''def einsum_matmul(A, B):
-    return torch.einsum("ik,kj->ij", A, B)
-''',
+        source=edit(A, "einsum_matmul", ('"...ik,...kj->...ij"', '"ik,kj->ij"')),
         must_fail=("test_einsum_matmul_batched",), hint="'...'", visible=True),
     Mistake(
         id="einsum_output_swapped", cell="einsum_matmul",
         description="'...ik,...kj->...ji': the output is transposed",
-        source='''def einsum_matmul(A, B):
-    return torch.einsum("...ik,...kj->...ji", A, B)
-''',
+        source=edit(A, "einsum_matmul", ("->...ij", "->...ji")),
         must_fail=_EINSUM, hint="wrong way round"),
     Mistake(
         id="einsum_wrong_letters", cell="einsum_matmul",
         description="'...ik,...jk->...ij': B read as (m, k), i.e. A @ B.T",
-        source='''def einsum_matmul(A, B):
-    return torch.einsum("...ik,...jk->...ij", A, B)
-''',
+        source=edit(A, "einsum_matmul", (",...kj->", ",...jk->")),
         must_fail=_EINSUM, hint="second-to-last"),
     # -- center_tokens --------------------------------------------------------------------
     Mistake(
         id="center_no_keepdim", cell="center_tokens",
         description="x - x.mean(-1): the (B, T) means broadcast against the channel axis",
-        source='''def center_tokens(x):
-    return x - x.mean(-1)
-''',
+        source=edit(A, "center_tokens", ("x.mean(dim=-1, keepdim=True)", "x.mean(-1)")),
         must_fail=("test_center_tokens_values",), hint="keepdim", visible=True),
     Mistake(
         id="center_over_time", cell="center_tokens",
         description="mean over the time axis (dim=1) instead of the channels",
-        source='''def center_tokens(x):
-    return x - x.mean(dim=1, keepdim=True)
-''',
+        source=edit(A, "center_tokens", ("dim=-1", "dim=1")),
         must_fail=("test_center_tokens_values",), hint="mean over time"),
     Mistake(
         id="center_global_mean", cell="center_tokens",
         description="subtracts the mean of the whole tensor",
-        source='''def center_tokens(x):
-    return x - x.mean()
-''',
+        source=edit(A, "center_tokens", ("x.mean(dim=-1, keepdim=True)", "x.mean()")),
         must_fail=("test_center_tokens_values",), hint="whole tensor"),
     Mistake(
         id="center_normalises", cell="center_tokens",
         description="also divides by the standard deviation (full LayerNorm, not asked)",
-        source='''def center_tokens(x):
-    mu = x.mean(-1, keepdim=True)
-    return (x - mu) / x.std(-1, keepdim=True)
-''',
+        source=edit(A, "center_tokens", ("return x - x.mean(dim=-1, keepdim=True)",
+                                        "return (x - x.mean(dim=-1, keepdim=True)) / x.std(-1, keepdim=True)")),
         must_fail=("test_center_tokens_values",), hint="standard deviation"),
 ]
 

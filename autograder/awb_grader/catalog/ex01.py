@@ -8,21 +8,6 @@ _RNN_VALUES = ("test_rnn_forward_values", "test_rnn_forward_h0")
 _GRAD_VALUES = ("test_gradient_vs_distance_single", "test_gradient_vs_distance_batch")
 
 
-def _rnn(step_line: str, init: str = "h = h0", append_before: bool = False) -> str:
-    body = (f"        states.append(h)\n        {step_line}\n" if append_before
-            else f"        {step_line}\n        states.append(h)\n")
-    return (f"def rnn_forward(x, h0, W_xh, W_hh, b):\n    {init}\n    states = []\n"
-            f"    for t in range(x.shape[1]):\n{body}    return torch.stack(states, dim=1)\n")
-
-
-def _grad(loss: str = "hs[:, -1].sum()", reduce: str = "grad.norm(dim=(0, 2)).flip(0)") -> str:
-    return ("def gradient_vs_distance(x, h0, W_xh, W_hh, b, forward=rnn_forward):\n"
-            "    x = x.detach().clone().requires_grad_(True)\n"
-            "    hs = forward(x, h0, W_xh, W_hh, b)\n"
-            f"    (grad,) = torch.autograd.grad({loss}, x)\n"
-            f"    return {reduce}\n")
-
-
 MISTAKES = [
     # -- rnn_forward -----------------------------------------------------------------------
     Mistake(
@@ -62,17 +47,12 @@ MISTAKES = [
     Mistake(
         id="rnn_ignores_h0", cell="rnn_forward",
         description="starts from a zero state instead of h0",
-        source=_rnn("h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)", init="h = torch.zeros_like(h0)"),
+        source=edit(A, "rnn_forward", ("h = h0", "h = torch.zeros_like(h0)")),
         must_fail=("test_rnn_forward_h0",), hint="ignores h0"),
     Mistake(
         id="rnn_last_state_only", cell="rnn_forward",
         description="returns only the final hidden state (B, H)",
-        source='''def rnn_forward(x, h0, W_xh, W_hh, b):
-    h = h0
-    for t in range(x.shape[1]):
-        h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b)
-    return h
-''',
+        source=edit(A, "rnn_forward", ("return torch.stack(states, dim=1)", "return h")),
         must_fail=("test_rnn_forward_shape",) + _RNN_VALUES, hint="only the last state"),
     Mistake(
         id="rnn_time_major", cell="rnn_forward",
@@ -83,42 +63,37 @@ MISTAKES = [
     Mistake(
         id="grad_time_order", cell="gradient_vs_distance",
         description="norms in time order, not by distance (no flip)",
-        source=_grad(reduce="grad.norm(dim=(0, 2))"),
+        source=edit(A, "gradient_vs_distance", (".flip(0)", "")),
         must_fail=_GRAD_VALUES, hint="flip"),
     Mistake(
         id="grad_all_states", cell="gradient_vs_distance",
         description="differentiates the sum of all hidden states instead of the last one",
-        source=_grad(loss="hs.sum()"),
+        source=edit(A, "gradient_vs_distance", ("hs[:, -1].sum()", "hs.sum()")),
         must_fail=_GRAD_VALUES, hint="all hidden states"),
     Mistake(
         id="grad_squared_norm", cell="gradient_vs_distance",
         description="returns squared norms (no square root)",
-        source=_grad(reduce="(grad ** 2).sum(dim=(0, 2)).flip(0)"),
+        source=edit(A, "gradient_vs_distance", ("grad.norm(dim=(0, 2))", "(grad ** 2).sum(dim=(0, 2))")),
         must_fail=_GRAD_VALUES, hint="squared"),
     Mistake(
         id="grad_of_norm", cell="gradient_vs_distance",
         description="differentiates the norm of the last state instead of its sum",
-        source=_grad(loss="hs[:, -1].norm()"),
+        source=edit(A, "gradient_vs_distance", ("hs[:, -1].sum()", "hs[:, -1].norm()")),
         must_fail=_GRAD_VALUES, hint="norm of the last state"),
     Mistake(
         id="grad_mean_over_batch", cell="gradient_vs_distance",
         description="averages per-sequence norms over the batch",
-        source=_grad(reduce="grad.norm(dim=2).mean(dim=0).flip(0)"),
+        source=edit(A, "gradient_vs_distance", ("grad.norm(dim=(0, 2))", "grad.norm(dim=2).mean(dim=0)")),
         must_fail=("test_gradient_vs_distance_batch",), hint="averaged over the batch"),
     Mistake(
         id="grad_one_number", cell="gradient_vs_distance",
         description="one norm over everything: a scalar instead of one per distance",
-        source=_grad(reduce="grad.norm()"),
+        source=edit(A, "gradient_vs_distance", ("grad.norm(dim=(0, 2)).flip(0)", "grad.norm()")),
         must_fail=("test_gradient_vs_distance_shape",) + _GRAD_VALUES, hint="single number"),
     Mistake(
         id="grad_ignores_forward", cell="gradient_vs_distance",
         description="calls rnn_forward directly instead of the `forward` argument",
-        source='''def gradient_vs_distance(x, h0, W_xh, W_hh, b, forward=rnn_forward):
-    x = x.detach().clone().requires_grad_(True)
-    hs = rnn_forward(x, h0, W_xh, W_hh, b)
-    (grad,) = torch.autograd.grad(hs[:, -1].sum(), x)
-    return grad.norm(dim=(0, 2)).flip(0)
-''',
+        source=edit(A, "gradient_vs_distance", ("hs = forward(", "hs = rnn_forward(")),
         must_fail=("test_gradient_vs_distance_shape",), hint="never called the `forward`"),
     Mistake(
         id="grad_modifies_x", cell="gradient_vs_distance",

@@ -12,74 +12,50 @@ MISTAKES = [
     Mistake(
         id="hard_argmin", cell="hard_lookup",
         description="picks the key with the lowest score (argmin) instead of the highest",
-        source='''def hard_lookup(query, keys, values):
-    scores = query @ keys.T
-    return values[scores.argmin(dim=-1)]
-''',
+        source=edit(A, "hard_lookup", ("argmax", "argmin")),
         must_fail=_HARD_ALL, hint="argmin instead of argmax"),
     Mistake(
         id="hard_returns_key", cell="hard_lookup",
         description="returns the best-matching key instead of the value stored under it",
-        source='''def hard_lookup(query, keys, values):
-    scores = query @ keys.T
-    return keys[scores.argmax(dim=-1)]
-''',
+        source=edit(A, "hard_lookup", ("values[best]", "keys[best]")),
         must_fail=_HARD_ALL, hint="KEY instead of its value"),
     Mistake(
         id="hard_nearest_key", cell="hard_lookup",
         description="matches by Euclidean distance (nearest key) instead of the largest dot product",
-        source='''def hard_lookup(query, keys, values):
-    dist = ((query.unsqueeze(-2) - keys) ** 2).sum(dim=-1)
-    return values[dist.argmin(dim=-1)]
-''',
+        source=edit(A, "hard_lookup", (("scores = query @ keys.T", "scores.argmax(dim=-1)"),
+                                      "dist = ((query.unsqueeze(-2) - keys) ** 2).sum(dim=-1)\n"
+                                      "    best = dist.argmin(dim=-1)")),
         must_fail=_HARD_ALL, hint="NEAREST"),
     Mistake(
         id="hard_argmax_no_dim", cell="hard_lookup",
         description="argmax without dim: the (n, m) score table is flattened into one index",
-        source='''def hard_lookup(query, keys, values):
-    scores = query @ keys.T
-    return values[scores.argmax()]
-''',
+        source=edit(A, "hard_lookup", ("argmax(dim=-1)", "argmax()")),
         must_fail=("test_hard_lookup_batch",), hint="argmax without dim=", visible=True),
     Mistake(
         id="hard_argmax_over_queries", cell="hard_lookup",
         description="argmax over the queries (dim=0) instead of the keys",
-        source='''def hard_lookup(query, keys, values):
-    scores = query @ keys.T
-    return values[scores.argmax(dim=0)]
-''',
+        source=edit(A, "hard_lookup", ("argmax(dim=-1)", "argmax(dim=0)")),
         must_fail=("test_hard_lookup_batch",), hint="dim=-1, not dim=0"),
     Mistake(
         id="hard_returns_index", cell="hard_lookup",
         description="returns the index of the best key instead of its value",
-        source='''def hard_lookup(query, keys, values):
-    return (query @ keys.T).argmax(dim=-1)
-''',
+        source=edit(A, "hard_lookup", ("return values[best]", "return best")),
         must_fail=_HARD_ALL, hint="index"),
     # -- soft_lookup -------------------------------------------------------------------------
     Mistake(
         id="soft_temperature_multiplies", cell="soft_lookup",
         description="multiplies the scores by the temperature instead of dividing",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    weights = torch.softmax(query @ keys.T * temperature, dim=-1)
-    return weights @ values
-''',
+        source=edit(A, "soft_lookup", ("/ temperature", "* temperature")),
         must_fail=("test_soft_lookup_temperature",), hint="MULTIPLYING"),
     Mistake(
         id="soft_ignores_temperature", cell="soft_lookup",
         description="ignores the temperature argument",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    weights = torch.softmax(query @ keys.T, dim=-1)
-    return weights @ values
-''',
+        source=edit(A, "soft_lookup", (" / temperature", "")),
         must_fail=("test_soft_lookup_temperature",), hint="ignores the temperature"),
     Mistake(
         id="soft_softmax_over_queries", cell="soft_lookup",
         description="softmax over dim=0: right for one query, over the queries for several",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    weights = torch.softmax(query @ keys.T / temperature, dim=0)
-    return weights @ values
-''',
+        source=edit(A, "soft_lookup", ("softmax(scores, dim=-1)", "softmax(scores, dim=0)")),
         must_fail=("test_soft_lookup_batch", "test_soft_lookup_temperature"), hint="over the queries (dim=0)", visible=True),
     Mistake(
         id="soft_sum_normalised", cell="soft_lookup",
@@ -89,35 +65,23 @@ MISTAKES = [
     Mistake(
         id="soft_sqrt_d", cell="soft_lookup",
         description="divides the scores by sqrt(d) as in transformer attention",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    d = keys.shape[-1]
-    weights = torch.softmax(query @ keys.T / (d ** 0.5 * temperature), dim=-1)
-    return weights @ values
-''',
+        source=edit(A, "soft_lookup", ("/ temperature", "/ (keys.shape[-1] ** 0.5 * temperature)")),
         must_fail=_SOFT_ALL, hint="sqrt(d)"),
     Mistake(
         id="soft_returns_weights", cell="soft_lookup",
         description="returns the weights over the keys instead of the weighted average of the values",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    return torch.softmax(query @ keys.T / temperature, dim=-1)
-''',
+        source=edit(A, "soft_lookup", ("return weights @ values", "return weights")),
         must_fail=_SOFT_ALL, hint="you return the weights"),
     Mistake(
         id="soft_averages_keys", cell="soft_lookup",
         description="weighted average of the keys instead of the values",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    weights = torch.softmax(query @ keys.T / temperature, dim=-1)
-    return weights @ keys
-''',
+        source=edit(A, "soft_lookup", ("weights @ values", "weights @ keys")),
         must_fail=_SOFT_ALL, hint="KEYS"),
     Mistake(
         id="soft_exp_overflow", cell="soft_lookup",
         description="hand-written softmax without subtracting the maximum: overflows at low temperature",
-        source='''def soft_lookup(query, keys, values, temperature=1.0):
-    e = torch.exp(query @ keys.T / temperature)
-    weights = e / e.sum(dim=-1, keepdim=True)
-    return weights @ values
-''',
+        source=edit(A, "soft_lookup", ("weights = torch.softmax(scores, dim=-1)",
+                                      "e = torch.exp(scores)\n    weights = e / e.sum(dim=-1, keepdim=True)")),
         must_fail=("test_soft_lookup_temperature",), hint="overflows"),
     Mistake(
         id="soft_numpy_detached", cell="soft_lookup",

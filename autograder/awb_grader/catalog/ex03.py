@@ -23,16 +23,9 @@ MISTAKES = [
     Mistake(
         id="loops_assign_not_accumulate", cell="simple_self_attention_loops",
         description="y[i] = ... inside the j loop: only the last term survives",
-        source='''def simple_self_attention_loops(x):
-    if x.dim() == 3:
-        return torch.stack([simple_self_attention_loops(s) for s in x])
-    S, D = x.shape
-    y = torch.zeros(S, D)
-    for i in range(S):
-        for j in range(S):
-            y[i] = torch.dot(x[i], x[j]) * x[j] / S
-    return y
-''',
+        source=edit(A, "simple_self_attention_loops",
+                    ("y[i] += torch.dot(x[i], x[j]) * x[j]", "y[i] = torch.dot(x[i], x[j]) * x[j] / S"),
+                    ("        y[i] /= S\n", "")),
         must_fail=_LOOPS_ALL, hint="use += to accumulate"),
     Mistake(
         id="loops_divide_by_D", cell="simple_self_attention_loops",
@@ -57,91 +50,59 @@ MISTAKES = [
     Mistake(
         id="loops_2d_only", cell="simple_self_attention_loops",
         description="handles only (S, D) inputs: unpacking S, D = x.shape fails on a batch",
-        source='''def simple_self_attention_loops(x):
-    S, D = x.shape
-    y = torch.zeros(S, D)
-    for i in range(S):
-        for j in range(S):
-            y[i] += torch.dot(x[i], x[j]) * x[j]
-        y[i] /= S
-    return y
-''',
+        source=edit(A, "simple_self_attention_loops", (("    if x.dim() == 3:", "for seq in x])\n"), "")),
         must_fail=("test_loops_batch",), hint="fails on a batch", visible=True),
     # -- simple_self_attention ---------------------------------------------------------------
     Mistake(
         id="simple_no_division", cell="simple_self_attention",
         description="(x x^T) x without the 1/S",
-        source='''def simple_self_attention(x):
-    return x @ x.transpose(-2, -1) @ x
-''',
+        source=edit(A, "simple_self_attention", ("weights @ x / S", "weights @ x")),
         must_fail=_SIMPLE_ALL, hint="without the 1/S"),
     Mistake(
         id="simple_shape0_as_S", cell="simple_self_attention",
         description="takes S = x.shape[0], which is the batch size for a (B, S, D) input",
-        source='''def simple_self_attention(x):
-    S = x.shape[0]
-    return x @ x.transpose(-2, -1) @ x / S
-''',
+        source=edit(A, "simple_self_attention", ("x.shape[-2]", "x.shape[0]")),
         must_fail=("test_simple_batch",), hint="x.shape[0]"),
     Mistake(
         id="simple_dot_T", cell="simple_self_attention",
         description="uses x.T, which reverses every axis of a batch (B, S, D)",
-        source='''def simple_self_attention(x):
-    S = x.shape[-2]
-    return x @ x.T @ x / S
-''',
+        source=edit(A, "simple_self_attention", ("x.transpose(-2, -1)", "x.T")),
         must_fail=("test_simple_batch",), hint="x.T", visible=True),
     Mistake(
         id="simple_divide_by_D", cell="simple_self_attention",
         description="divides by D = x.shape[-1] instead of S = x.shape[-2]",
-        source='''def simple_self_attention(x):
-    return x @ x.transpose(-2, -1) @ x / x.shape[-1]
-''',
+        source=edit(A, "simple_self_attention", ("x.shape[-2]", "x.shape[-1]")),
         must_fail=_SIMPLE_ALL, hint="division by D"),
     Mistake(
         id="simple_with_softmax", cell="simple_self_attention",
         description="applies a softmax to the raw weights (that is exercise 3, not this formula)",
-        source='''def simple_self_attention(x):
-    return torch.softmax(x @ x.transpose(-2, -1), dim=-1) @ x
-''',
+        source=edit(A, "simple_self_attention", ("weights @ x / S", "torch.softmax(weights, dim=-1) @ x")),
         must_fail=_SIMPLE_ALL, hint="RAW dot products"),
     # -- softmax_self_attention --------------------------------------------------------------
     Mistake(
         id="softmax_query_axis", cell="softmax_self_attention",
         description="softmax over dim=-2 (the query axis) instead of dim=-1",
-        source='''def softmax_self_attention(x):
-    return torch.softmax(x @ x.transpose(-2, -1), dim=-2) @ x
-''',
+        source=edit(A, "softmax_self_attention", ("dim=-1", "dim=-2")),
         must_fail=_SOFTMAX_ALL, hint="QUERY axis"),
     Mistake(
         id="softmax_dim1", cell="softmax_self_attention",
         description="softmax over dim=1: the key axis for (S, S) scores, the query axis for (B, S, S)",
-        source='''def softmax_self_attention(x):
-    return torch.softmax(x @ x.transpose(-2, -1), dim=1) @ x
-''',
+        source=edit(A, "softmax_self_attention", ("dim=-1", "dim=1")),
         must_fail=("test_softmax_batch",), hint="QUERY axis", visible=True),
     Mistake(
         id="softmax_keeps_1_over_S", cell="softmax_self_attention",
         description="keeps the 1/S of the raw version after the softmax",
-        source='''def softmax_self_attention(x):
-    S = x.shape[-2]
-    return torch.softmax(x @ x.transpose(-2, -1), dim=-1) @ x / S
-''',
+        source=edit(A, "softmax_self_attention", ("return weights @ x", "return weights @ x / x.shape[-2]")),
         must_fail=_SOFTMAX_ALL, hint="drop the 1/S"),
     Mistake(
         id="softmax_sqrt_D", cell="softmax_self_attention",
         description="scales the scores by 1/sqrt(D) as in lecture 04's attention",
-        source='''def softmax_self_attention(x):
-    D = x.shape[-1]
-    return torch.softmax(x @ x.transpose(-2, -1) / D ** 0.5, dim=-1) @ x
-''',
+        source=edit(A, "softmax_self_attention", ("x @ x.transpose(-2, -1)", "x @ x.transpose(-2, -1) / x.shape[-1] ** 0.5")),
         must_fail=_SOFTMAX_ALL, hint="sqrt(D)"),
     Mistake(
         id="softmax_returns_weights", cell="softmax_self_attention",
         description="returns the (S, S) weights instead of the outputs",
-        source='''def softmax_self_attention(x):
-    return torch.softmax(x @ x.transpose(-2, -1), dim=-1)
-''',
+        source=edit(A, "softmax_self_attention", ("return weights @ x", "return weights")),
         must_fail=_SOFTMAX_ALL, hint="not the outputs"),
 ]
 

@@ -11,28 +11,17 @@ MISTAKES = [
     Mistake(
         id="softmax_wrong_axis", cell="softmax", label="softmax over the wrong axis",
         description="softmax normalised over the first axis instead of `dim`",
-        source='''def softmax(x, dim=-1):
-    shifted = x - x.amax(dim=0, keepdim=True)
-    e = shifted.exp()
-    return e / e.sum(dim=0, keepdim=True)
-''',
+        source=edit(A, "softmax", ("amax(dim=dim", "amax(dim=0"), ("sum(dim=dim", "sum(dim=0")),
         must_fail=("test_softmax_values", "test_softmax_dim"), hint="softmax over dim="),
     Mistake(
         id="softmax_no_max_subtraction", cell="softmax", label="softmax without the row max",
         description="softmax without subtracting the maximum: overflows to nan for large scores",
-        source='''def softmax(x, dim=-1):
-    e = torch.exp(x)
-    return e / e.sum(dim=dim, keepdim=True)
-''',
+        source=edit(A, "softmax", (("shifted = x", "e = shifted.exp()"), "e = torch.exp(x)")),
         must_fail=("test_softmax_stability",), hint="subtract the maximum"),
     Mistake(
         id="softmax_ignores_dim", cell="softmax", label="softmax ignores dim",
         description="softmax always over the last axis, ignoring the `dim` argument",
-        source='''def softmax(x, dim=-1):
-    shifted = x - x.max(dim=-1, keepdim=True).values
-    e = shifted.exp()
-    return e / e.sum(dim=-1, keepdim=True)
-''',
+        source=edit(A, "softmax", ("amax(dim=dim", "amax(dim=-1"), ("sum(dim=dim", "sum(dim=-1")),
         must_fail=("test_softmax_dim",), hint="dim=", visible=True),
     Mistake(
         id="softmax_default_dim_0", cell="softmax", label="softmax's default dim is 0",
@@ -43,94 +32,63 @@ MISTAKES = [
     Mistake(
         id="softmax_global_max", cell="softmax", label="softmax with the global max",
         description="subtracts the global maximum instead of each row's: rows far below it underflow to 0/0",
-        source='''def softmax(x, dim=-1):
-    e = torch.exp(x - x.max())
-    return e / e.sum(dim=dim, keepdim=True)
-''',
+        source=edit(A, "softmax", ("x.amax(dim=dim, keepdim=True)", "x.max()")),
         must_fail=("test_softmax_stability",), hint="maximum of the whole tensor"),
     Mistake(
         id="softmax_uses_builtin", cell="softmax", label="calls torch.softmax",
         description="calls torch.softmax instead of writing the softmax",
-        source='''def softmax(x, dim=-1):
-    return torch.softmax(x, dim=dim)
-''',
+        source=edit(A, "softmax", (("shifted = x", "e.sum(dim=dim, keepdim=True)"), "return torch.softmax(x, dim=dim)")),
         must_fail=("test_softmax_values", "test_softmax_dim", "test_softmax_stability"), hint="off limits"),
     # -- masks -----------------------------------------------------------------------------
     Mistake(
         id="causal_mask_upper", cell="causal_mask", label="causal mask shows the future",
         description="causal mask as the upper triangle: tokens see the future instead of the past",
-        source='''def causal_mask(T):
-    return torch.ones(T, T, dtype=torch.bool).triu()
-''',
+        source=edit(A, "causal_mask", (".tril()", ".triu()")),
         must_fail=("test_causal_mask",), hint="future"),
     Mistake(
         id="causal_mask_diagonal", cell="causal_mask", label="causal mask hides the diagonal",
         description="causal mask that also hides the diagonal: a token may not attend to itself",
-        source='''def causal_mask(T):
-    return torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
-''',
+        source=edit(A, "causal_mask", (".tril()", ".tril(diagonal=-1)")),
         must_fail=("test_causal_mask",), hint="diagonal"),
     Mistake(
         id="causal_mask_float", cell="causal_mask", label="causal mask of floats",
         description="causal mask of floats (1.0/0.0) instead of booleans",
-        source='''def causal_mask(T):
-    return torch.tril(torch.ones(T, T))
-''',
+        source=edit(A, "causal_mask", (", dtype=torch.bool", "")),
         must_fail=("test_causal_mask",), hint="torch.bool", visible=True),
     Mistake(
         id="padding_mask_queries", cell="padding_mask", label="padding mask on the query axis",
         description="padding mask on the query axis (B, T, 1): keys and queries swapped",
-        source='''def padding_mask(lengths, T):
-    return (torch.arange(T)[None, :] < lengths[:, None])[:, :, None]
-''',
+        source=edit(A, "padding_mask", ("[:, None, :]", "[:, :, None]")),
         must_fail=("test_padding_mask",), hint="keys and queries are swapped"),
     Mistake(
         id="padding_mask_inverted", cell="padding_mask", label="padding mask inverted",
         description="padding mask True on the padding (the inverse of 'may attend')",
-        source='''def padding_mask(lengths, T):
-    return (torch.arange(T)[None, :] >= lengths[:, None])[:, None, :]
-''',
+        source=edit(A, "padding_mask", ("] < lengths", "] >= lengths")),
         must_fail=("test_padding_mask",), hint="inverted"),
     Mistake(
         id="padding_mask_off_by_one", cell="padding_mask", label="padding mask off by one",
         description="padding mask keeps position == length (positions count from 0)",
-        source='''def padding_mask(lengths, T):
-    return (torch.arange(T)[None, :] <= lengths[:, None])[:, None, :]
-''',
+        source=edit(A, "padding_mask", ("] < lengths", "] <= lengths")),
         must_fail=("test_padding_mask",), hint="off by one"),
     # -- scaled dot-product attention -------------------------------------------------------
     Mistake(
         id="sdpa_no_scaling", cell="scaled_dot_product_attention", label="no sqrt(d) scaling",
         description="attention scores not divided by sqrt(d): the softmax saturates as d grows",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", (" / math.sqrt(d)", "")),
         must_fail=_SDPA_ALL, hint="no scaling"),
     Mistake(
         id="sdpa_scale_by_d", cell="scaled_dot_product_attention", label="scaled by d, not sqrt(d)",
         description="attention scores divided by d instead of sqrt(d)",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / q.shape[-1]
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", ("math.sqrt(d)", "d")),
         must_fail=_SDPA_ALL, hint="scaling by d instead of sqrt(d)"),
     Mistake(
         id="sdpa_mask_after_softmax", cell="scaled_dot_product_attention", label="mask applied after the softmax",
         description="mask applied to the weights after the softmax: rows no longer sum to 1",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention",
+                    (("if mask is not None:", "rows sum to 1"),
+                     "weights = torch.softmax(scores, dim=-1)\n"
+                     "    if mask is not None:\n"
+                     "        weights = weights.masked_fill(~mask, 0.0)")),
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="after the softmax"),
     Mistake(
         id="sdpa_mask_after_softmax_renormalised", cell="scaled_dot_product_attention",
@@ -187,24 +145,12 @@ MISTAKES = [
     Mistake(
         id="sdpa_transpose_1_2", cell="scaled_dot_product_attention", label="k.transpose(1, 2)",
         description="transposes axes 1 and 2 of k: right for (B, T, d) only, wrong with other batch dims",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", ("k.transpose(-2, -1)", "k.transpose(1, 2)")),
         must_fail=_SDPA_ALL + ("test_sdpa_shapes",), hint="only for 3-D inputs", visible=True),
     Mistake(
         id="sdpa_k_dot_T", cell="scaled_dot_product_attention", label="k.T on a batch",
         description="uses k.T, which reverses every axis of a batched tensor, instead of k.transpose(-2, -1)",
-        source='''def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.T / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "scaled_dot_product_attention", ("k.transpose(-2, -1)", "k.T")),
         must_fail=("test_sdpa_shapes",) + _SDPA_ALL, hint="shape", visible=True),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
@@ -286,152 +232,96 @@ _ADD = ("test_additive_shapes", "test_additive_values")
 _EIN = ("test_einsum_values", "test_einsum_batch_dims", "test_einsum_mask")
 _HEAD_VALUES = ("test_head_forward", "test_head_mask")
 
-_HEAD_INIT = '''class SelfAttentionHead(nn.Module):
-    def __init__(self, d_model, d_head):
-        super().__init__()
-        self.d_head = d_head
-        self.W_q = nn.Linear(d_model, d_head, bias=False)
-        self.W_k = nn.Linear(d_model, d_head, bias=False)
-        self.W_v = nn.Linear(d_model, d_head, bias=False)
-'''
-
 MISTAKES += [
     # -- bilinear_scores ---------------------------------------------------------------------
     Mistake(
         id="bilinear_no_W", cell="bilinear_scores", label="bilinear score ignores W",
         description="bilinear score computed as the plain dot product q k^T, ignoring W",
-        source='''def bilinear_scores(q, k, W):
-    return q @ k.transpose(-2, -1)
-''',
+        source=edit(A, "bilinear_scores", ("(q @ W) @ k", "q @ k")),
         must_fail=_BIL, hint="W has shape (dq, dk)"),
     Mistake(
         id="bilinear_W_transposed", cell="bilinear_scores", label="bilinear W transposed",
         description="bilinear score with W transposed (q W^T k): only runs when dq == dk, then wrong",
-        source='''def bilinear_scores(q, k, W):
-    return q @ W.T @ k.transpose(-2, -1)
-''',
+        source=edit(A, "bilinear_scores", ("(q @ W)", "q @ W.T")),
         must_fail=_BIL, hint="W transposed"),
     Mistake(
         id="bilinear_k_first", cell="bilinear_scores", label="bilinear scores transposed",
         description="scores built from the keys' side, k W^T q^T: the (Tk, Tq) transpose of the answer",
-        source='''def bilinear_scores(q, k, W):
-    return (k @ W.T) @ q.transpose(-2, -1)
-''',
+        source=edit(A, "bilinear_scores", ("(q @ W) @ k.transpose(-2, -1)", "(k @ W.T) @ q.transpose(-2, -1)")),
         must_fail=_BIL, hint="transposed"),
     Mistake(
         id="bilinear_scaled", cell="bilinear_scores", label="bilinear scores scaled by sqrt(d)",
         description="bilinear scores divided by sqrt(d), which the formula does not have",
-        source='''def bilinear_scores(q, k, W):
-    return (q @ W) @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
-''',
+        source=edit(A, "bilinear_scores", ("k.transpose(-2, -1)", "k.transpose(-2, -1) / math.sqrt(k.shape[-1])")),
         must_fail=("test_bilinear_values",), hint="no scaling"),
     Mistake(
         id="bilinear_k_dot_T", cell="bilinear_scores",
         description="k.T on a batched key tensor reverses every axis",
-        source='''def bilinear_scores(q, k, W):
-    return q @ W @ k.T
-''',
+        source=edit(A, "bilinear_scores", ("k.transpose(-2, -1)", "k.T")),
         must_fail=_BIL, hint="k.T"),
     # -- additive_scores ---------------------------------------------------------------------
     Mistake(
         id="additive_W_swapped", cell="additive_scores", label="additive W1 and W2 swapped",
         description="additive score with W1 applied to the queries and W2 to the keys",
-        source='''def additive_scores(q, k, W1, W2, w):
-    hidden = torch.tanh((q @ W1.T).unsqueeze(-2) + (k @ W2.T).unsqueeze(-3))
-    return hidden @ w
-''',
+        source=edit(A, "additive_scores", ("(k @ W1.T)", "(k @ W2.T)"), ("(q @ W2.T)", "(q @ W1.T)")),
         must_fail=_ADD, hint="W1 and W2 swapped"),
     Mistake(
         id="additive_no_tanh", cell="additive_scores", label="additive score without tanh",
         description="additive score without the tanh (a linear score)",
-        source='''def additive_scores(q, k, W1, W2, w):
-    return ((q @ W2.T).unsqueeze(-2) + (k @ W1.T).unsqueeze(-3)) @ w
-''',
+        source=edit(A, "additive_scores", ("torch.tanh(queries + keys)", "queries + keys")),
         must_fail=("test_additive_values",), hint="without tanh"),
     Mistake(
         id="additive_pairs_by_position", cell="additive_scores", label="additive: query i meets only key i",
         description="query i only meets key i (no broadcasting to all pairs)",
-        source='''def additive_scores(q, k, W1, W2, w):
-    return torch.tanh(k @ W1.T + q @ W2.T) @ w
-''',
+        source=edit(A, "additive_scores", (".unsqueeze(-3)", ""), (".unsqueeze(-2)", "")),
         must_fail=_ADD, hint="every query meets every key"),
     Mistake(
         id="additive_sum_not_w", cell="additive_scores", label="additive: sum instead of w",
         description="sums the hidden units instead of the dot product with w",
-        source='''def additive_scores(q, k, W1, W2, w):
-    return torch.tanh((q @ W2.T)[..., :, None, :] + (k @ W1.T)[..., None, :, :]).sum(-1)
-''',
+        source=edit(A, "additive_scores", ("hidden @ w", "hidden.sum(-1)")),
         must_fail=("test_additive_values",), hint="sum over the hidden units"),
     Mistake(
         id="additive_softmax", cell="additive_scores", label="additive returns weights",
         description="returns softmax weights instead of the scores",
-        source='''def additive_scores(q, k, W1, W2, w):
-    hidden = torch.tanh((q @ W2.T).unsqueeze(-2) + (k @ W1.T).unsqueeze(-3))
-    return torch.softmax(hidden @ w, dim=-1)
-''',
+        source=edit(A, "additive_scores", ("return hidden @ w", "return torch.softmax(hidden @ w, dim=-1)")),
         must_fail=("test_additive_values",), hint="not the weights"),
     # -- einsum_attention --------------------------------------------------------------------
     Mistake(
         id="einsum_uses_matmul", cell="einsum_attention", label="einsum_attention uses @",
         description="einsum_attention written with @ (the exercise asks for einsum only)",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-''',
+        source=edit(A, "einsum_attention", ('torch.einsum("...qd,...kd->...qk", q, k)', "q @ k.transpose(-2, -1)"),
+                    ('torch.einsum("...qk,...kv->...qv", weights, v)', "weights @ v")),
         must_fail=_EIN, hint="off limits"),
     Mistake(
         id="einsum_calls_sdpa", cell="einsum_attention", label="einsum_attention calls sdpa",
         description="einsum_attention delegating to the scaled_dot_product_attention written above (which uses @)",
-        source='''def einsum_attention(q, k, v, mask=None):
-    return scaled_dot_product_attention(q, k, v, mask)
-''',
+        source=edit(A, "einsum_attention", (("scores = torch.einsum", "return out, weights"),
+                                           "return scaled_dot_product_attention(q, k, v, mask)")),
         must_fail=_EIN, hint="off limits"),
     Mistake(
         id="einsum_no_scaling", cell="einsum_attention", label="einsum: no sqrt(d) scaling",
         description="einsum attention without the 1/sqrt(d) scaling",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.einsum("...qk,...kv->...qv", weights, v), weights
-''',
+        source=edit(A, "einsum_attention", (" / math.sqrt(q.shape[-1])", "")),
         must_fail=_EIN, hint="no scaling"),
     Mistake(
         id="einsum_scale_dv", cell="einsum_attention", label="einsum: scaled by sqrt(dv)",
         description="scales by sqrt of the value width dv instead of the query/key width d",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(v.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.einsum("...qk,...kv->...qv", weights, v), weights
-''',
+        source=edit(A, "einsum_attention", ("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")),
         must_fail=("test_einsum_values", "test_einsum_batch_dims"), hint="sqrt(dv)"),
     Mistake(
         id="einsum_no_ellipsis", cell="einsum_attention", label="einsum without '...'",
         description="einsum with a fixed batch letter ('bqd,bkd->bqk'): only works for 3-d inputs",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.einsum("bqk,bkv->bqv", weights, v), weights
-''',
+        source=edit(A, "einsum_attention", ('"...qd,...kd->...qk"', '"bqd,bkd->bqk"'),
+                    ('"...qk,...kv->...qv"', '"bqk,bkv->bqv"')),
         must_fail=("test_einsum_batch_dims",), hint="'...'", visible=True),
     Mistake(
         id="einsum_mask_after_softmax", cell="einsum_attention", label="einsum: mask after the softmax",
         description="mask applied to the weights after the softmax",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights * mask
-    return torch.einsum("...qk,...kv->...qv", weights, v), weights
-''',
+        source=edit(A, "einsum_attention",
+                    (("if mask is not None:", "weights = torch.softmax(scores, dim=-1)"),
+                     "weights = torch.softmax(scores, dim=-1)\n"
+                     "    if mask is not None:\n"
+                     "        weights = weights * mask")),
         must_fail=("test_einsum_mask",), hint="after the softmax"),
     Mistake(
         id="einsum_mask_inverted", cell="einsum_attention", label="einsum: mask inverted",
@@ -441,13 +331,7 @@ MISTAKES += [
     Mistake(
         id="einsum_values_summed_wrong", cell="einsum_attention", label="einsum sums over the queries",
         description="second einsum sums over the queries ('...qk,...qv->...kv') instead of the keys",
-        source='''def einsum_attention(q, k, v, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.einsum("...kq,...kv->...qv", weights, v), weights
-''',
+        source=edit(A, "einsum_attention", ('"...qk,...kv->...qv"', '"...kq,...kv->...qv"')),
         must_fail=_EIN, hint="the key axis"),
     # -- SelfAttentionHead -------------------------------------------------------------------
     Mistake(
@@ -493,11 +377,10 @@ MISTAKES += [
         id="head_builtin", cell="SelfAttentionHead", label="head on F.scaled_dot_product_attention",
         description="a head that hands its attention to F.scaled_dot_product_attention (the text rules it out; "
                     "calling the learner's own scaled_dot_product_attention is allowed)",
-        source=_HEAD_INIT + '''
-    def forward(self, x, mask=None):
-        import torch.nn.functional as F
-        return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)
-''',
+        source=edit(A, "SelfAttentionHead",
+                    (("q, k, v = self.W_q(x)", "return weights @ v"),
+                     "import torch.nn.functional as F\n"
+                     "        return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)")),
         must_fail=_HEAD_VALUES, hint="off limits"),
     Mistake(
         id="head_keys_from_W_q", cell="SelfAttentionHead", label="keys computed with W_q",
@@ -507,10 +390,7 @@ MISTAKES += [
     Mistake(
         id="head_returns_weights_too", cell="SelfAttentionHead", label="head returns (out, weights)",
         description="forward returns (out, weights) instead of only out",
-        source=_HEAD_INIT + '''
-    def forward(self, x, mask=None):
-        return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
-''',
+        source=edit(A, "SelfAttentionHead", ("return weights @ v", "return weights @ v, weights")),
         must_fail=_HEAD_VALUES, hint="returns only the output"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(

@@ -1,7 +1,7 @@
 """Misconception catalog for exercise 05 (multi-head attention).
 
-The MultiHeadAttention mistakes are written as one-line edits of a correct class (``_MHA``),
-the way they happen in practice: everything else right, one line wrong.
+The mistakes are written as edits of the solution, the way they happen in practice: everything
+else right, one line wrong.
 """
 
 from . import Alternative, Mistake, edit
@@ -10,57 +10,19 @@ A = "05_multi_head_attention"
 
 _MHA_ALL = ("test_mha_self", "test_mha_weights", "test_mha_mask", "test_mha_cross", "test_from_torch")
 
-_MHA = '''class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads, bias=True):
-        super().__init__()
-        self.d_model, self.n_heads = d_model, n_heads
-        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
-        self.last_weights = None
-
-    def forward(self, x, kv=None, mask=None):
-        D, H = self.d_model, self.n_heads
-        if kv is None:
-            q, k, v = self.W_qkv(x).split(D, dim=-1)
-        else:
-            W, b = self.W_qkv.weight, self.W_qkv.bias
-            q = F.linear(x, W[:D], None if b is None else b[:D])
-            k, v = F.linear(kv, W[D:], None if b is None else b[D:]).split(D, dim=-1)
-        q, k, v = split_heads(q, H), split_heads(k, H), split_heads(v, H)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        self.last_weights = weights.detach()
-        return self.W_o(merge_heads(weights @ v))
-'''
-
-
-def _mha(old: str, new: str) -> str:
-    """The correct class with one line changed (fails loudly if the line is not there)."""
-    if _MHA.count(old) != 1:
-        raise ValueError(f"catalog: {old!r} is not exactly once in the MultiHeadAttention template")
-    return _MHA.replace(old, new)
-
-
 MISTAKES = [
     # -- split_heads / merge_heads -----------------------------------------------------------
     Mistake(
         id="split_direct_view", cell="split_heads",
         description="split_heads reshapes (B, T, D) straight to (B, H, T, D/H): tokens are poured into heads "
                     "in reading order and the sequence is scrambled (right shape, wrong content)",
-        source='''def split_heads(x, n_heads):
-    B, T, D = x.shape
-    return x.reshape(B, n_heads, T, D // n_heads)
-''',
+        source=edit(A, "split_heads", ("x.view(B, T, n_heads, D // n_heads).transpose(1, 2)", "x.reshape(B, n_heads, T, D // n_heads)")),
         must_fail=("test_split_heads_values",) + _MHA_ALL, hint="straight to (B, H, T, D/H)"),
     Mistake(
         id="split_interleaved", cell="split_heads",
         description="split_heads cuts D as (D/H, H): head h gets every H-th feature instead of a block",
-        source='''def split_heads(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
-''',
+        source=edit(A, "split_heads", ("view(B, T, n_heads, D // n_heads).transpose(1, 2)",
+                                      "view(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)")),
         must_fail=("test_split_heads_values",) + _MHA_ALL, hint="(D/H, H)"),
     Mistake(
         id="split_no_transpose", cell="split_heads",
@@ -144,76 +106,42 @@ MISTAKES = [
     Mistake(
         id="forward_calls_sdpa", cell="MultiHeadAttention",
         description="forward calls F.scaled_dot_product_attention instead of writing the attention",
-        source=_mha("""        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        self.last_weights = weights.detach()
-        return self.W_o(merge_heads(weights @ v))""",
-                    """        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.W_o(merge_heads(y))"""),
+        source=edit(A, "MultiHeadAttention",
+                    (("q = q / math.sqrt", "self.last_weights = weights.detach()\n"),
+                     "y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"),
+                    ("merge_heads(weights @ v)", "merge_heads(y)")),
         must_fail=_MHA_ALL, hint="off limits"),
     # -- mha_param_count / from_torch ---------------------------------------------------------
     Mistake(
         id="param_count_without_bias", cell="mha_param_count",
         description="parameter count forgets the biases (4 D^2 whatever `bias` says)",
-        source='''def mha_param_count(d_model, bias=True):
-    return 4 * d_model * d_model
-''',
+        source=edit(A, "mha_param_count", (" + (4 * d_model if bias else 0)", "")),
         must_fail=("test_mha_param_count",), hint="bias dropped from the count"),
     Mistake(
         id="param_count_one_bias_per_matrix", cell="mha_param_count",
         description="parameter count with one D-sized bias per matrix (2 D) instead of 3 D for W_qkv plus D for W_o",
-        source='''def mha_param_count(d_model, bias=True):
-    return 3 * d_model * d_model + d_model * d_model + (2 * d_model if bias else 0)
-''',
+        source=edit(A, "mha_param_count", ("4 * d_model if bias", "2 * d_model if bias")),
         must_fail=("test_mha_param_count",), hint="3D + D biases"),
     Mistake(
         id="param_count_without_w_o", cell="mha_param_count",
         description="parameter count of W_qkv only: the output projection W_o is forgotten",
-        source='''def mha_param_count(d_model, bias=True):
-    return 3 * d_model * d_model + (3 * d_model if bias else 0)
-''',
+        source=edit(A, "mha_param_count", ("4 * d_model * d_model + (4 * d_model", "3 * d_model * d_model + (3 * d_model")),
         must_fail=("test_mha_param_count",), hint="W_o is D x D"),
     Mistake(
         id="from_torch_transposed_out_proj", cell="from_torch",
         description="from_torch copies out_proj.weight transposed (it is square, so nothing complains)",
-        source='''def from_torch(mha):
-    ours = MultiHeadAttention(mha.embed_dim, mha.num_heads, bias=mha.in_proj_bias is not None)
-    with torch.no_grad():
-        ours.W_qkv.weight.copy_(mha.in_proj_weight)
-        ours.W_o.weight.copy_(mha.out_proj.weight.T)
-        if mha.in_proj_bias is not None:
-            ours.W_qkv.bias.copy_(mha.in_proj_bias)
-            ours.W_o.bias.copy_(mha.out_proj.bias)
-    return ours
-''',
+        source=edit(A, "from_torch", ("copy_(mha.out_proj.weight)", "copy_(mha.out_proj.weight.T)")),
         must_fail=("test_from_torch",), hint="copy them as they are"),
     Mistake(
         id="from_torch_ignores_bias_flag", cell="from_torch",
         description="from_torch always builds a module with biases, so a bias-free nn.MultiheadAttention gets "
                     "random biases added",
-        source='''def from_torch(mha):
-    ours = MultiHeadAttention(mha.embed_dim, mha.num_heads)
-    with torch.no_grad():
-        ours.W_qkv.weight.copy_(mha.in_proj_weight)
-        ours.W_o.weight.copy_(mha.out_proj.weight)
-        if mha.in_proj_bias is not None:
-            ours.W_qkv.bias.copy_(mha.in_proj_bias)
-            ours.W_o.bias.copy_(mha.out_proj.bias)
-    return ours
-''',
+        source=edit(A, "from_torch", (", bias=bias)", ")")),
         must_fail=("test_from_torch",), hint="has no biases", visible=True),
     Mistake(
         id="from_torch_forgets_biases", cell="from_torch",
         description="from_torch copies the weight matrices but not the biases",
-        source='''def from_torch(mha):
-    ours = MultiHeadAttention(mha.embed_dim, mha.num_heads)
-    with torch.no_grad():
-        ours.W_qkv.weight.copy_(mha.in_proj_weight)
-        ours.W_o.weight.copy_(mha.out_proj.weight)
-    return ours
-''',
+        source=edit(A, "from_torch", (", bias=bias)", ")"), (("        if bias:", "out_proj.bias)\n"), "")),
         must_fail=("test_from_torch",), hint="biases were not copied"),
     # -- the cross path (issue 24: a real bias=False crash there cost points in test_from_torch only) ------
     Mistake(

@@ -9,49 +9,19 @@ _PE = ("test_sinusoidal_shape", "test_sinusoidal_values")
 _BLOCK_ALL = ("test_block_pre_ln", "test_block_post_ln", "test_block_mask")
 _LOADER = ("test_from_torch_post_ln", "test_from_torch_pre_ln")
 
-_BLOCK_HEAD = '''class TransformerBlock(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, pre_ln=True):
-        super().__init__()
-        self.pre_ln = pre_ln
-        self.attn = MultiHeadAttention(d_model, n_heads)
-        self.ff = FeedForward(d_model, d_ff, dropout)
-        self.ln1, self.ln2 = LayerNorm(d_model), LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x, mask=None, is_causal=False):
-        if is_causal:
-            causal = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
-            mask = causal if mask is None else mask & causal
-'''
-
-_LOADER_HEAD = '''def from_torch_encoder_layer(layer):
-    sa = layer.self_attn
-    block = TransformerBlock(sa.embed_dim, sa.num_heads, layer.linear1.out_features, pre_ln=layer.norm_first)
-    lin1, lin2 = [m for m in block.ff.modules() if isinstance(m, nn.Linear)]
-'''
-
 MISTAKES = [
     # -- sinusoidal_positions ----------------------------------------------------------------
     Mistake(
         id="pe_sin_cos_swapped", cell="sinusoidal_positions",
         description="cosine in the even columns and sine in the odd ones",
-        source='''def sinusoidal_positions(T, d_model):
-    t = torch.arange(T, dtype=torch.float32)[:, None]
-    angle = t / 10000 ** (torch.arange(0, d_model, 2) / d_model)
-    pe = torch.zeros(T, d_model)
-    pe[:, 0::2] = torch.cos(angle)
-    pe[:, 1::2] = torch.sin(angle)
-    return pe
-''',
+        source=edit(A, "sinusoidal_positions", ("pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)",
+                                               "pe[:, 0::2] = torch.cos(angle)\n    pe[:, 1::2] = torch.sin(angle)")),
         must_fail=_PE, hint="even columns"),
     Mistake(
         id="pe_halves", cell="sinusoidal_positions",
         description="all sines then all cosines (concatenated halves) instead of interleaved columns",
-        source='''def sinusoidal_positions(T, d_model):
-    t = torch.arange(T, dtype=torch.float32)[:, None]
-    angle = t / 10000 ** (torch.arange(0, d_model, 2) / d_model)
-    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
-''',
+        source=edit(A, "sinusoidal_positions", (("pe = torch.zeros", "return pe"),
+                                               "return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)")),
         must_fail=_PE, hint="halves"),
     Mistake(
         id="pe_exponent_pair_index", cell="sinusoidal_positions",
@@ -74,14 +44,7 @@ MISTAKES = [
     Mistake(
         id="pe_multiply", cell="sinusoidal_positions",
         description="t multiplied by 10000^(2i/d) instead of divided by it",
-        source='''def sinusoidal_positions(T, d_model):
-    t = torch.arange(T, dtype=torch.float32)[:, None]
-    angle = t * 10000 ** (torch.arange(0, d_model, 2) / d_model)
-    pe = torch.zeros(T, d_model)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)
-    return pe
-''',
+        source=edit(A, "sinusoidal_positions", ("t / 10000", "t * 10000")),
         must_fail=("test_sinusoidal_values",), hint="multiplied"),
     # -- LayerNorm ---------------------------------------------------------------------------
     Mistake(
@@ -110,16 +73,8 @@ MISTAKES = [
     Mistake(
         id="ln_builtin", cell="LayerNorm",
         description="calls F.layer_norm instead of writing LayerNorm",
-        source='''class LayerNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
-
-    def forward(self, x):
-        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-''',
+        source=edit(A, "LayerNorm", (("mu = x.mean", "self.bias\n"),
+                                    "return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)\n")),
         must_fail=("test_layernorm_values", "test_layernorm_eps"), hint="off limits"),
     Mistake(
         id="ln_no_gain_bias", cell="LayerNorm",
@@ -168,10 +123,9 @@ MISTAKES = [
     Mistake(
         id="block_ignores_pre_ln", cell="TransformerBlock",
         description="always post-LN, whatever pre_ln says",
-        source=_BLOCK_HEAD + '''        x = self.ln1(x + self.drop(self.attn(x, mask=mask)))
-        x = self.ln2(x + self.ff(x))
-        return x
-''',
+        source=edit(A, "TransformerBlock", (("if self.pre_ln:", "x = self.ln2(x + self.ff(x))"),
+                                           "x = self.ln1(x + self.drop(self.attn(x, mask=mask)))\n"
+                                           "        x = self.ln2(x + self.ff(x))")),
         must_fail=("test_block_pre_ln", "test_block_mask"), hint="branch on self.pre_ln"),
     Mistake(
         id="block_mask_dropped", cell="TransformerBlock",
@@ -192,90 +146,49 @@ MISTAKES = [
     Mistake(
         id="count_no_biases", cell="block_param_count",
         description="forgets the biases of the linear layers",
-        source='''def block_param_count(d_model, d_ff, bias=True):
-    return 4 * d_model ** 2 + 2 * d_model * d_ff + 4 * d_model
-''',
+        source=edit(A, "block_param_count", (" + (4 * D if bias else 0)", ""), (" + ((d_ff + D) if bias else 0)", "")),
         must_fail=("test_block_param_count",), hint="biases of the linear layers are missing"),
     Mistake(
         id="count_no_layernorm", cell="block_param_count",
         description="forgets the LayerNorms' gains and biases",
-        source='''def block_param_count(d_model, d_ff, bias=True):
-    b = 1 if bias else 0
-    return 4 * d_model ** 2 + 2 * d_model * d_ff + b * (5 * d_model + d_ff)
-''',
+        source=edit(A, "block_param_count", (" + layer_norms", "")),
         must_fail=("test_block_param_count",), hint="LayerNorms are missing"),
     Mistake(
         id="count_no_output_projection", cell="block_param_count",
         description="counts 3 D^2 for attention (W_q, W_k, W_v) and forgets W_o",
-        source='''def block_param_count(d_model, d_ff, bias=True):
-    D = d_model
-    return 3 * D * D + (3 * D if bias else 0) + 2 * D * d_ff + (d_ff + D if bias else 0) + 4 * D
-''',
+        source=edit(A, "block_param_count", ("4 * D * D + (4 * D if", "3 * D * D + (3 * D if")),
         must_fail=("test_block_param_count",), hint="W_o forgotten"),
     Mistake(
         id="count_bias_false_drops_layernorm_bias", cell="block_param_count",
         description="bias=False also removes the LayerNorm biases",
-        source='''def block_param_count(d_model, d_ff, bias=True):
-    D = d_model
-    if bias:
-        return 4 * D * D + 4 * D + 2 * D * d_ff + d_ff + D + 4 * D
-    return 4 * D * D + 2 * D * d_ff + 2 * D
-''',
+        source=edit(A, "block_param_count", ("layer_norms = 2 * 2 * D", "layer_norms = 2 * 2 * D if bias else 2 * D")),
         must_fail=("test_block_param_count",), hint="LayerNorm biases"),
     # -- from_torch_encoder_layer ------------------------------------------------------------
     Mistake(
         id="loader_ignores_norm_first", cell="from_torch_encoder_layer",
         description="builds a pre-LN block whatever layer.norm_first says",
-        source='''def from_torch_encoder_layer(layer):
-    sa = layer.self_attn
-    block = TransformerBlock(sa.embed_dim, sa.num_heads, layer.linear1.out_features)
-    lin1, lin2 = [m for m in block.ff.modules() if isinstance(m, nn.Linear)]
-    with torch.no_grad():
-        block.attn.W_qkv.weight.copy_(sa.in_proj_weight); block.attn.W_qkv.bias.copy_(sa.in_proj_bias)
-        block.attn.W_o.weight.copy_(sa.out_proj.weight); block.attn.W_o.bias.copy_(sa.out_proj.bias)
-        lin1.weight.copy_(layer.linear1.weight); lin1.bias.copy_(layer.linear1.bias)
-        lin2.weight.copy_(layer.linear2.weight); lin2.bias.copy_(layer.linear2.bias)
-        block.ln1.weight.copy_(layer.norm1.weight); block.ln1.bias.copy_(layer.norm1.bias)
-        block.ln2.weight.copy_(layer.norm2.weight); block.ln2.bias.copy_(layer.norm2.bias)
-    return block
-''',
+        source=edit(A, "from_torch_encoder_layer", (", pre_ln=layer.norm_first", "")),
         must_fail=("test_from_torch_post_ln",), hint="norm_first"),
     Mistake(
         id="loader_norms_swapped", cell="from_torch_encoder_layer",
         description="norm1 copied into ln2 and norm2 into ln1",
-        source=_LOADER_HEAD + '''    with torch.no_grad():
-        block.attn.W_qkv.weight.copy_(sa.in_proj_weight); block.attn.W_qkv.bias.copy_(sa.in_proj_bias)
-        block.attn.W_o.weight.copy_(sa.out_proj.weight); block.attn.W_o.bias.copy_(sa.out_proj.bias)
-        lin1.weight.copy_(layer.linear1.weight); lin1.bias.copy_(layer.linear1.bias)
-        lin2.weight.copy_(layer.linear2.weight); lin2.bias.copy_(layer.linear2.bias)
-        block.ln1.weight.copy_(layer.norm2.weight); block.ln1.bias.copy_(layer.norm2.bias)
-        block.ln2.weight.copy_(layer.norm1.weight); block.ln2.bias.copy_(layer.norm1.bias)
-    return block
-''',
+        source=edit(A, "from_torch_encoder_layer",
+                    ("(block.ln1.weight, layer.norm1.weight), (block.ln1.bias, layer.norm1.bias)",
+                     "(block.ln1.weight, layer.norm2.weight), (block.ln1.bias, layer.norm2.bias)"),
+                    ("(block.ln2.weight, layer.norm2.weight), (block.ln2.bias, layer.norm2.bias)",
+                     "(block.ln2.weight, layer.norm1.weight), (block.ln2.bias, layer.norm1.bias)")),
         must_fail=_LOADER, hint="swapped"),
     Mistake(
         id="loader_no_biases", cell="from_torch_encoder_layer",
         description="copies the weight matrices but not the biases of the linear layers",
-        source=_LOADER_HEAD + '''    with torch.no_grad():
-        block.attn.W_qkv.weight.copy_(sa.in_proj_weight)
-        block.attn.W_o.weight.copy_(sa.out_proj.weight)
-        lin1.weight.copy_(layer.linear1.weight)
-        lin2.weight.copy_(layer.linear2.weight)
-        block.ln1.weight.copy_(layer.norm1.weight); block.ln1.bias.copy_(layer.norm1.bias)
-        block.ln2.weight.copy_(layer.norm2.weight); block.ln2.bias.copy_(layer.norm2.bias)
-    return block
-''',
+        source=edit(A, "from_torch_encoder_layer", (", (block.attn.W_qkv.bias, sa.in_proj_bias)", ""),
+                    (", (block.attn.W_o.bias, sa.out_proj.bias)", ""), (", (lin1.bias, layer.linear1.bias)", ""),
+                    (", (lin2.bias, layer.linear2.bias)", "")),
         must_fail=_LOADER, hint="biases were not copied"),
     Mistake(
         id="loader_no_layernorms", cell="from_torch_encoder_layer",
         description="forgets to copy the LayerNorm weights",
-        source=_LOADER_HEAD + '''    with torch.no_grad():
-        block.attn.W_qkv.weight.copy_(sa.in_proj_weight); block.attn.W_qkv.bias.copy_(sa.in_proj_bias)
-        block.attn.W_o.weight.copy_(sa.out_proj.weight); block.attn.W_o.bias.copy_(sa.out_proj.bias)
-        lin1.weight.copy_(layer.linear1.weight); lin1.bias.copy_(layer.linear1.bias)
-        lin2.weight.copy_(layer.linear2.weight); lin2.bias.copy_(layer.linear2.bias)
-    return block
-''',
+        source=edit(A, "from_torch_encoder_layer", ((",\n             (block.ln1.weight", "layer.norm2.bias)"), "")),
         must_fail=_LOADER, hint="LayerNorm weights were not copied"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
