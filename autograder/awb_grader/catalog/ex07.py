@@ -5,19 +5,8 @@ from . import Alternative, Mistake, edit, solution
 A = "07_encoder_decoder"
 
 # the decoder block without its causal mask (the mask from the padding alone)
-_NON_CAUSAL_DECODER = edit(A, "DecoderBlock",
-                           ("T = x.size(1)\n"
-                            "        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()      # (T, T) causal\n"
-                            "        if self_mask is not None:\n"
-                            "            mask = mask & self_mask",
-                            "mask = None if self_mask is None else self_mask"))
-
-_GREEDY_HEAD = '''def greedy_decode(model, src, max_len, bos_id, eos_id):
-    B = src.size(0)
-    ys = torch.full((B, 1), bos_id, dtype=torch.long)
-    finished = torch.zeros(B, dtype=torch.bool)
-    with torch.no_grad():
-'''
+_NON_CAUSAL_DECODER = edit(A, "DecoderBlock", (("T = x.size(1)", "# (B, 1, T, T)"),
+                                               "mask = None if self_mask is None else self_mask[:, None, None, :]  # (B, 1, 1, T)"))
 
 _S2S_TORCH = '''class Seq2SeqTransformer(nn.Module):
     def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0):
@@ -114,13 +103,7 @@ MISTAKES = [
     Mistake(
         id="greedy_never_stops", cell="greedy_decode",
         description="decodes max_len steps whatever happens: never stops at eos",
-        source=_GREEDY_HEAD + '''        for _ in range(max_len):
-            nxt = model(src, ys)[:, -1].argmax(-1)
-            nxt = nxt.masked_fill(finished, eos_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
-            finished |= nxt == eos_id
-    return ys
-''',
+        source=edit(A, "greedy_decode", (("            if bool(finished.all()):", "break\n"), "")),
         must_fail=("test_greedy_single", "test_greedy_batch"), hint="never stops at eos"),
     Mistake(
         id="greedy_stops_at_first_finished", cell="greedy_decode",
@@ -130,27 +113,12 @@ MISTAKES = [
     Mistake(
         id="greedy_first_position_logits", cell="greedy_decode",
         description="reads the next token from the first position's logits",
-        source=_GREEDY_HEAD + '''        for _ in range(max_len):
-            nxt = model(src, ys)[:, 0].argmax(-1)
-            nxt = nxt.masked_fill(finished, eos_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
-            finished |= nxt == eos_id
-            if finished.all():
-                break
-    return ys
-''',
+        source=edit(A, "greedy_decode", ("[:, -1].argmax", "[:, 0].argmax")),
         must_fail=("test_greedy_last_position",), hint="last position"),
     Mistake(
         id="greedy_keeps_generating_after_eos", cell="greedy_decode",
         description="finished sequences keep receiving the model's tokens instead of eos",
-        source=_GREEDY_HEAD + '''        for _ in range(max_len):
-            nxt = model(src, ys)[:, -1].argmax(-1)
-            ys = torch.cat([ys, nxt[:, None]], 1)
-            finished |= nxt == eos_id
-            if finished.all():
-                break
-    return ys
-''',
+        source=edit(A, "greedy_decode", ("            next_tok = next_tok.masked_fill(finished, eos_id)\n", "")),
         must_fail=("test_greedy_batch",), hint="after their first eos"),
     Mistake(
         id="greedy_drops_bos", cell="greedy_decode",

@@ -4,60 +4,22 @@ from . import Alternative, Mistake, edit
 
 A = "08_train_a_gpt"
 
-_GENERATE = '''@torch.no_grad()
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-    for _ in range(max_new_tokens):
-        idx_cond = {crop}
-        logits, _ = model(idx_cond)
-        logits = {last}
-{scale}
-        if top_k is not None:
-{topk}
-        probs = {probs}
-        nxt = torch.multinomial(probs, num_samples=1, generator=generator)
-        idx = torch.cat([idx, nxt], dim=1)
-    return idx
-'''
-_GEN_OK = dict(crop="idx[:, -model.block_size:]", last="logits[:, -1, :]", scale="        logits = logits / temperature",
-               topk="            v = torch.topk(logits, min(top_k, logits.size(-1))).values\n"
-                    "            logits = logits.masked_fill(logits < v[:, [-1]], float('-inf'))",
-               probs="F.softmax(logits, dim=-1)")
-
-
-def _generate(**changes) -> str:
-    return _GENERATE.format(**{**_GEN_OK, **changes})
-
-
 MISTAKES = [
     # -- get_batch ---------------------------------------------------------------------------
     Mistake(
         id="targets_not_shifted", cell="get_batch",
         description="targets are the inputs themselves (y = x): the model learns to copy, not to predict",
-        source='''def get_batch(data, block_size, batch_size, generator=None):
-    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
-    return x, x.clone()
-''',
+        source=edit(A, "get_batch", (("y = torch.stack", "return x, y"), "return x, x.clone()")),
         must_fail=("test_get_batch_shift",), hint="targets are not shifted"),
     Mistake(
         id="batch_start_out_of_range", cell="get_batch",
         description="starts drawn up to len(data) - block_size: the last window's targets run past the end",
-        source='''def get_batch(data, block_size, batch_size, generator=None):
-    ix = torch.randint(len(data) - block_size + 1, (batch_size,), generator=generator)
-    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
-    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])
-    return x, y
-''',
+        source=edit(A, "get_batch", ("len(data) - block_size,", "len(data) - block_size + 1,")),
         must_fail=("test_get_batch_random",), hint="runs past the end"),
     Mistake(
         id="batch_ignores_generator", cell="get_batch",
         description="starts drawn without the generator: batches are not reproducible",
-        source='''def get_batch(data, block_size, batch_size, generator=None):
-    ix = torch.randint(len(data) - block_size, (batch_size,))
-    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
-    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])
-    return x, y
-''',
+        source=edit(A, "get_batch", (", generator=generator)", ")")),
         must_fail=("test_get_batch_random",), hint="generator=generator"),
     # -- lr_at -------------------------------------------------------------------------------
     Mistake(
@@ -68,13 +30,7 @@ MISTAKES = [
     Mistake(
         id="cosine_ignores_warmup", cell="lr_at",
         description="cosine over step / max_steps: it starts below max_lr and misses min_lr at max_steps",
-        source='''def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= max_steps:
-        return min_lr
-    return min_lr + 0.5 * (1 + math.cos(math.pi * step / max_steps)) * (max_lr - min_lr)
-''',
+        source=edit(A, "lr_at", ("math.pi * r", "math.pi * step / max_steps")),
         must_fail=("test_lr_at_cosine",), hint="starts at step 0, not after the warmup"),
     Mistake(
         id="no_floor_after_max_steps", cell="lr_at",
@@ -126,12 +82,13 @@ MISTAKES = [
     Mistake(
         id="first_position_logits", cell="generate",
         description="uses the logits of the first position instead of the last",
-        source=_generate(last="logits[:, 0, :]"),
+        source=edit(A, "generate", ("logits[:, -1, :]", "logits[:, 0, :]")),
         must_fail=("test_generate_basics",), hint="LAST position"),
     Mistake(
         id="temperature_after_softmax", cell="generate",
         description="temperature applied to the probabilities after the softmax: it has no effect",
-        source=_generate(scale="        pass", probs="F.softmax(logits, dim=-1) / temperature"),
+        source=edit(A, "generate", ("logits[:, -1, :] / temperature", "logits[:, -1, :]"),
+                    ("F.softmax(logits, dim=-1)", "F.softmax(logits, dim=-1) / temperature")),
         must_fail=("test_generate_sampling",), hint="applied after the softmax"),
     Mistake(
         id="top_k_keeps_wrong_tokens", cell="generate",
@@ -152,6 +109,21 @@ MISTAKES = [
         description="samples with the global random state: text is not reproducible from a seed",
         source=edit(A, "generate", (", generator=generator", "")),
         must_fail=("test_generate_basics",), hint="pass the generator on"),
+    # -- issue 24: bugs public GPT samplers shipped and later fixed -----------------------------
+    Mistake(
+        id="top_k_fill_tiny_not_minus_inf", cell="generate",
+        description="the tokens outside the top k filled with a tiny positive number instead of -inf: they stay "
+                    "in the softmax (minGPT's top_k_logits wrote 1e-10 for -1e10; karpathy/minGPT issue #10, "
+                    "fixed in commit 8909e1b)",
+        source=edit(A, "generate", ('logits < kth, float("-inf")', "logits < kth, 1e-10")),
+        must_fail=("test_generate_sampling",), hint="top-k keeps the wrong tokens", label="top-k fill 1e-10"),
+    Mistake(
+        id="top_k_threshold_without_keepdim", cell="generate",
+        description="the k-th largest logit taken as values[:, -1], shape (B,), and compared with (B, V) logits: "
+                    "right for one prompt, wrong or an error for a batch (huggingface/transformers PR #338, "
+                    "'Fix top k generation for k != 0')",
+        source=edit(A, "generate", (".values[:, [-1]]", ".values[:, -1]")),
+        must_fail=("test_generate_sampling",), hint="fails for a batch", label="top-k threshold (B,)"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
         id="batch_own_generator", cell="get_batch",

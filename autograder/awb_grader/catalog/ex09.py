@@ -223,6 +223,15 @@ MISTAKES = [
             logits = logits.masked_fill(logits < kth, float("-inf"))
 """, "")),
         must_fail=("test_generate_cached_equal",), hint="temperature and top_k are ignored", visible=True),
+    # -- issue 24: a bug public KV-cache decoders shipped and later fixed ----------------------
+    Mistake(
+        id="cache_decode_is_causal", cell="generate_cached",
+        description="is_causal=True at every step: with one new query and a longer cache, SDPA's causal mask is "
+                    "aligned top-left, so the new token sees only the first key (pytorch/pytorch issue #144858; "
+                    "onnx/onnx PR #8068 fixed the same alignment in the ONNX Attention operator for KV-cache "
+                    "decode)",
+        source=edit(A, "generate_cached", ("is_causal=(past == 0 and t > 1)", "is_causal=True")),
+        must_fail=("test_generate_cached_equal",), label="is_causal while decoding"),
 ]
 
 ALTERNATIVES = [
