@@ -83,8 +83,10 @@ def split(text: str) -> dict[str, str]:
     return cells
 
 
-def check(assignment: str, path: Path, verbose: bool = False) -> int:
-    """0 when every visible check and every battery item passes with the answers in ``path``."""
+def check(assignment: str, path: Path, verbose: bool = False, part: str = "visible") -> int:
+    """0 when every visible check and every battery item passes with the answers in ``path``
+    (``part="hidden"``: the test cells' hidden blocks instead, in this process, no battery;
+    ``"both"``: whole test cells as nbgrader runs them, and the battery)."""
     for p in (REPO / "autograder", REPO):
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
@@ -113,13 +115,16 @@ def check(assignment: str, path: Path, verbose: bool = False) -> int:
             for kind, gid, src in cells:
                 if kind == "test":
                     try:
-                        exec(compile(src.split(_HIDDEN)[0], f"<test {gid}>", "exec"), ns)  # noqa: S102
+                        code = {"visible": src.split(_HIDDEN)[0], "both": src}.get(part) or \
+                            "from awb_grader.hidden import _base\n" + src.split(_HIDDEN)[-1]
+                        exec(compile(code, f"<test {gid}>", "exec"), ns)  # noqa: S102
                     except CheckFailed as e:
                         failures.append(f"{gid}: {e.title}")
                     except Exception as e:  # noqa: BLE001
                         failures.append(f"{gid}: {type(e).__name__}: {e}")
-            report = battery.run(assignment, ns, progress=False)
-            failures += [f"battery {r.cell}: {r.verdict.splitlines()[0]}" for r in report.rows if not r.earned]
+            if part != "hidden":
+                report = battery.run(assignment, ns, progress=False)
+                failures += [f"battery {r.cell}: {r.verdict.splitlines()[0]}" for r in report.rows if not r.earned]
     finally:
         os.chdir(cwd)
     if verbose or failures:
@@ -144,6 +149,9 @@ def run(assignment: str, out: Path | None = None, timeout: int = 120) -> tuple[i
         source = src_path.read_text()
         ids = list_mutations(Context(source=source, mutation_id=ALL, filename=str(src_path)))
         survivors = []
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            if check(assignment, src_path) != 0:      # every mutant would count as killed
+                raise SystemExit(f"the unmutated solution fails its own checks:\n{said.getvalue()}")
 
         def _alarm(*_):
             raise TimeoutError("mutant timed out")
@@ -189,6 +197,8 @@ def main(argv=None) -> int:
     c.add_argument("assignment")
     c.add_argument("path", type=Path)
     c.add_argument("-v", "--verbose", action="store_true")
+    c.add_argument("--part", choices=("visible", "hidden", "both"), default="visible",
+                   help="which part of the test cells runs (the battery runs with visible and both)")
     r = sub.add_parser("run", help="mutate the answer cells with mutmut's operators and check each mutant "
                                    "in this process (needs mutmut < 3 importable)")
     r.add_argument("assignment")
@@ -201,7 +211,7 @@ def main(argv=None) -> int:
     if a.cmd == "extract":
         extract(a.assignment, a.out)
         return 0
-    return check(a.assignment, a.path, a.verbose)
+    return check(a.assignment, a.path, a.verbose, a.part)
 
 
 if __name__ == "__main__":

@@ -379,6 +379,20 @@ def seq2seq_defaults(cls, src_vocab=11, tgt_vocab=13, seed=4) -> None:
     if not close(b, a, atol=1e-5, rtol=1e-4):
         raise CheckFailed("Seq2SeqTransformer(src_vocab, tgt_vocab): padding the source with token 0 up to 32 "
                           "positions changes the logits", hint=DEFAULTS, reread=SEC_MASKS)
+    torch.manual_seed(seed)                 # the defaults written out: the same model, weight for weight
+    spelled = call(cls, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0,
+                   name="Seq2SeqTransformer", reread=SEC_S2S)
+    if not isinstance(spelled, nn.Module):
+        raise CheckFailed("Seq2SeqTransformer(...) is not an nn.Module", reread=SEC_S2S)
+    ours = {n: tuple(t.shape) for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    theirs = {n: tuple(t.shape) for n, t in [*spelled.named_parameters(), *spelled.named_buffers()]}
+    if ours != theirs or not close(_logits(spelled.eval(), src, tgt), a, atol=1e-5, rtol=1e-4):
+        differ = sorted(n for n in ours.keys() | theirs.keys() if ours.get(n) != theirs.get(n))
+        raise CheckFailed("Seq2SeqTransformer(src_vocab, tgt_vocab) is not the model its defaults spelled out build "
+                          "(d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0)", hint=DEFAULTS,
+                          reread=SEC_S2S,
+                          details=[f"different: {', '.join(f'{n} {ours.get(n)} vs {theirs.get(n)}' for n in differ[:4])}"
+                                   if differ else "the same weights give other logits"])
 
 
 # ----------------------------------------------------------------------------------------

@@ -270,6 +270,41 @@ def gpt_dropout(GPT, vocab_size=37, block_size=8, n_layer=2, n_head=2, d_model=1
                                    "yours " + ("depend on the input" if not same else "are all 0")])
 
 
+GIVEN_INIT = ("keep the given code of the GPT cell as it is: self.block_size = block_size first, the call that "
+              "applies _init_weights last, and _init_weights unchanged (every nn.Linear and nn.Embedding weight "
+              "drawn from a normal with mean 0 and std 0.02, every bias 0)")
+
+
+def gpt_given(GPT, vocab_size=37, block_size=12, n_layer=2, n_head=2, d_model=32, seed=4) -> None:
+    """The given lines of the GPT cell (block_size, _init_weights) and the default dropout=0.0."""
+    cfg = dict(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head, d_model=d_model)
+    model = _build(GPT, seed=seed, **cfg)
+    if getattr(model, "block_size", None) != block_size:
+        raise CheckFailed(f"GPT(block_size={block_size}).block_size is {getattr(model, 'block_size', None)!r}",
+                          reread=SEC_MODEL, hint=GIVEN_INIT)
+    for path, m in model.named_modules():
+        if not isinstance(m, (nn.Linear, nn.Embedding)):
+            continue
+        w = m.weight.detach().double()
+        mean, std = float(w.mean()), float(w.std())
+        if abs(mean) > 0.01 or not 0.001 < std < 0.025:      # (lecture 08's GPT scales some down further)
+            raise CheckFailed(f"GPT(...).{path}.weight at initialisation has mean {mean:.3g} and std {std:.3g}, "
+                              "expected mean 0 and std 0.02", reread=SEC_MODEL, hint=GIVEN_INIT)
+        bias = getattr(m, "bias", None)
+        if isinstance(bias, torch.Tensor) and bool(bias.detach().abs().max() > 0):
+            raise CheckFailed(f"GPT(...).{path}.bias is not 0 at initialisation", reread=SEC_MODEL, hint=GIVEN_INIT)
+    torch.manual_seed(seed)
+    model = call(GPT, name="GPT", reread=SEC_MODEL, **cfg)                 # dropout left at its default
+    idx = torch.randint(vocab_size, (2, block_size), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        a, _ = _forward(model.train(), idx)
+        b, _ = _forward(model.eval(), idx)
+    if not close(a, b, atol=1e-6):
+        raise CheckFailed(f"GPT({', '.join(f'{k}={v}' for k, v in cfg.items())}) without a dropout argument gives "
+                          "other logits in train mode than in eval mode", reread=SEC_MODEL,
+                          hint="dropout=0.0 is the default: without a dropout argument nothing is dropped")
+
+
 @single_threaded
 def gpt_forward(GPT) -> None:
     """Shapes, loss None without targets, and a loss near ln(65) at initialisation."""
@@ -315,6 +350,7 @@ def gpt_forward(GPT) -> None:
                  reread=SEC_MODEL, hint="build every layer from the arguments (vocab_size, block_size, ...): the "
                                         "checks use other sizes than tiny-shakespeare's 65 characters")
     gpt_dropout(GPT)
+    gpt_given(GPT)
     passed(f"GPT: logits (B, T, V), loss {loss.item():.3f} at init (ln 65 = {math.log(65):.3f}), dropout on the "
            "embeddings and in every block")
 
@@ -360,7 +396,41 @@ def gpt_positions_and_tying(GPT) -> None:
                           hint="weight tying is broken: after creating lm_head, set "
                                "self.lm_head.weight = self.tok_emb.weight (and create nothing after that which "
                                "replaces it)")
+    gpt_adds_positions(GPT)
     passed("GPT: position embeddings added, output layer tied to the token embedding")
+
+
+POS_ADDED = ("the position embedding is added to the token embedding, x = tok_emb(idx) + pos_emb(positions) "
+             "(not subtracted, not multiplied)")
+
+
+def gpt_adds_positions(GPT, vocab_size=37, block_size=8, n_layer=2, n_head=2, d_model=32, seed=6, a=3, b=11) -> None:
+    """The output layer has no bias (no parameter of shape (vocab_size,)); and x = tok_emb(idx) + pos_emb(...):
+    with every row of the position table (the (block_size, d_model) parameter) set to minus the embedding of
+    token c (the (vocab_size, d_model) one), a sequence of c's gives x = 0: the same logits for two such c.
+    block_size, d_model and vocab_size differ, so each shape names one parameter."""
+    model = _build(GPT, seed=seed, vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=n_head,
+                   d_model=d_model)
+    params = dict(model.named_parameters())
+    if any(tuple(p.shape) == (vocab_size,) for p in params.values()):
+        raise CheckFailed(f"GPT(vocab_size={vocab_size}, ...) has a parameter of shape ({vocab_size},): the output "
+                          "layer has a bias", reread=SEC_MODEL,
+                          hint="lm_head = nn.Linear(d_model, vocab_size, bias=False): the tied output layer has no "
+                               "bias (the table in the exercise)")
+    pos = [p for p in params.values() if tuple(p.shape) == (block_size, d_model)]
+    tok = [p for p in params.values() if tuple(p.shape) == (vocab_size, d_model)]
+    if len(pos) != 1 or len(tok) != 1:
+        return                                   # another layout (the tying check above says what is missing)
+    out = []
+    for c in (a, b):
+        with torch.no_grad():
+            pos[0].copy_(-tok[0][c].expand_as(pos[0]))
+            logits, _ = _forward(model, torch.full((1, block_size), c, dtype=torch.long))
+        out.append(logits)
+    if not close(out[0], out[1], atol=1e-5):
+        raise CheckFailed("with pos_emb's rows set to minus the embedding of token c, a sequence of c's should reach "
+                          f"the blocks as x = 0 (the same logits for c = {a} and c = {b}); yours differ",
+                          reread=SEC_MODEL, hint=POS_ADDED)
 
 
 @single_threaded

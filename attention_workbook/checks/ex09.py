@@ -17,6 +17,8 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from .core import (CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, guard,
                    max_abs_diff, passed, softmax_builtins)
@@ -126,6 +128,86 @@ def tiled_variants(q, k, v, mask, block) -> dict[str, torch.Tensor]:
         }
 
 
+# ----------------------------------------------------------------------------------------
+# what a function computes on the way: the tensors it creates, its reductions, its reads of x
+# ----------------------------------------------------------------------------------------
+_REDUCTIONS = {"sum", "nansum", "mean", "amax", "amin", "max", "min", "logsumexp", "prod", "sort", "topk", "kthvalue"}
+
+
+class Watch(TorchDispatchMode):
+    """Sees every tensor operation while active (PyTorch's dispatch mode: the operations any Python
+    code runs, built-in or not). Records the largest floating-point tensor created, reductions over an
+    axis longer than ``block``, and, when ``x`` is given, which ops read the first and the last column
+    of x (or of a copy of it) and in what order. Plain data out (``report``), so it also works when
+    entered and left in separate calls (``start`` / ``stop``: the grader's replay process)."""
+
+    def __init__(self, block: int, x: torch.Tensor | None = None):
+        super().__init__()
+        self.block, self.largest, self.wide, self.reads = int(block), [0, []], [], []
+        self.x = None if x is None else x.detach().contiguous().clone()
+
+    def _is_x(self, t) -> bool:
+        x = self.x
+        if x is None or not t.is_floating_point():
+            return False
+        st = t.untyped_storage()
+        if st.nbytes() != x.numel() * t.element_size():
+            return False
+        return torch.equal(t.as_strided((x.numel(),), (1,), 0), x.reshape(-1).to(t.dtype))
+
+    def _columns(self, t) -> tuple[bool, bool]:
+        n = self.x.size(-1)
+        cols = (torch.arange(self.x.numel()) % n).as_strided(t.shape, t.stride(), t.storage_offset())
+        return bool((cols == 0).any()), bool((cols == n - 1).any())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        shared = {t.untyped_storage().data_ptr() for t in ins}
+        for t in outs:
+            if t.is_floating_point() and t.untyped_storage().data_ptr() not in shared:
+                n = t.untyped_storage().nbytes() // t.element_size()
+                if n > self.largest[0]:
+                    self.largest = [n, list(t.shape)]
+        name = func.overloadpacket.__name__.rstrip("_")
+        if name in _REDUCTIONS and ins and func._overloadname not in ("other", "binary_out", "out"):
+            a = ins[0]
+            names = [arg.name for arg in func._schema.arguments]
+            dim = kwargs.get("dim", args[names.index("dim")] if "dim" in names and names.index("dim") < len(args) else None)
+            dims = range(a.dim()) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
+            sizes = [a.shape[d] for d in dims] if a.dim() else [1]
+            if sizes and max(sizes) > self.block:
+                self.wide.append([name, list(a.shape)])
+        metadata_only = name.startswith("new_") or name.endswith("_like")          # x.new_zeros, zeros_like
+        if self.x is not None and outs and not metadata_only and not any(self._is_x(t) for t in outs) \
+                and not any(t.untyped_storage().data_ptr() in shared for t in outs):   # views, copies of x
+            seen = [self._columns(t) for t in ins if self._is_x(t)]
+            if seen:
+                self.reads.append([any(f for f, _ in seen), any(last for _, last in seen)])
+        return out
+
+    # a pass over x: with the first op that reads x's last column, one sweep is over; after it only
+    # the final exp(x - m) / l may read x again (counted both ways round, whatever the block order)
+    def extra_sweeps(self) -> int:
+        def after(a, b):
+            i = next((k for k, r in enumerate(self.reads) if r[a]), None)
+            return 0 if i is None else sum(1 for r in self.reads[i + 1:] if r[b])
+        return min(after(1, 0), after(0, 1))
+
+    def report(self) -> dict:
+        return {"largest": list(self.largest), "wide": list(self.wide), "extra_sweeps": self.extra_sweeps()}
+
+    def __call__(self, command: str):
+        """start / stop across calls (the replay process); stop returns the report."""
+        if command == "start":
+            self.__enter__()
+            return None
+        self.__exit__(None, None, None)
+        return self.report()
+
+
 def _dedupe(want: torch.Tensor, variants: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop variants that equal the right answer on these inputs (they name nothing)."""
     return {k: v for k, v in variants.items() if not close(v, want.double(), atol=1e-6)}
@@ -181,7 +263,31 @@ def online_softmax_values(online_softmax) -> None:
     x2[:, 4:] += 4.0                                            # the second block raises the maximum
     _online_case(online_softmax, x2, 4, "x (4, 8), larger values in the second block")
     _online_case(online_softmax, torch.randn(2, 3, 10, generator=g) * 2, 5, "x (2, 3, 10)")
-    passed("online_softmax: equal to the softmax, with the running sum rescaled as the maximum rises")
+    online_one_pass(online_softmax, torch.randn(3, 14, generator=g) * 2, 4)
+    passed("online_softmax: equal to the softmax, with the running sum rescaled as the maximum rises, in one pass")
+
+
+ONE_PASS = ("one pass: update the running maximum m and the running sum l in the same loop over the blocks "
+            "(rescaling l by exp(old max - new max) when the maximum rises); nothing reduces a whole row, and after "
+            "the loop only the final exp(x - m) / l reads x again. The maximum of the whole row first (x.max) or a "
+            "second loop over the blocks is the two-pass softmax")
+
+
+def online_one_pass(online_softmax, x, block) -> None:
+    """The statistics come from one sweep over the blocks: no reduction wider than a block, and x read by
+    one sweep plus the final exp(x - m) / l (a dispatch mode watches every tensor operation)."""
+    watch = Watch(block, x)
+    with watch:
+        _online(online_softmax, x, block)
+    r, what = watch.report(), f"online_softmax(x {tuple(x.shape)}, block={block})"
+    if r["wide"]:
+        op, shape = r["wide"][0]
+        raise CheckFailed(f"{what} takes a {op} over more than one block at once (of a {tuple(shape)} tensor): "
+                          "that is a second pass over the row", reread=SEC_ONLINE, hint=ONE_PASS)
+    if r["extra_sweeps"] > 1:
+        raise CheckFailed(f"{what} goes back to the start of x {r['extra_sweeps']} times after a sweep over the blocks "
+                          "reached the end: after the one sweep for m and l, only the final exp(x - m) / l may read x "
+                          "again", reread=SEC_ONLINE, hint=ONE_PASS)
 
 
 def online_softmax_edge(online_softmax) -> None:
@@ -239,7 +345,33 @@ def tiled_attention_values(tiled_attention) -> None:
     q, k, v = r(2, 3, 7, 16), r(2, 3, 10, 16), r(2, 3, 10, 8)
     _tiled(tiled_attention, q, k, v, None, 3, "q (2, 3, 7, 16), k (2, 3, 10, 16), v (2, 3, 10, 8)")
     _tiled(tiled_attention, q, k, v, None, 32, "q (2, 3, 7, 16), k and v with Tk = 10 < block")
-    passed("tiled_attention: equal to SDPA for 0-2 leading axes, Tq != Tk, d != dv, partial tiles and block > Tk")
+    tiled_memory(tiled_attention, r(2, 24, 4), r(2, 96, 4), r(2, 96, 4), 8)
+    passed("tiled_attention: equal to SDPA for 0-2 leading axes, Tq != Tk, d != dv, partial tiles and block > Tk; "
+           "no (Tq, Tk) score matrix built")
+
+
+NO_FULL = ("tile by tile: the scores of one tile are (..., Tq, block); never build the whole (..., Tq, Tk) score "
+           "matrix (or any tensor that large), and never take a max or sum over more than block keys at once: "
+           "the running m, l and acc carry everything from one tile to the next")
+
+
+def tiled_memory(tiled_attention, q, k, v, block) -> None:
+    """No tensor of half the (..., Tq, Tk) score matrix or more is created, and no reduction spans more than
+    a block (a dispatch mode watches every tensor operation); d <= block here."""
+    _tiled(tiled_attention, q, k, v, None, block, f"q {tuple(q.shape)}, k {tuple(k.shape)}")
+    watch = Watch(block)
+    with watch, forbid(tiled_builtins(), NO_SDPA):
+        call(tiled_attention, q, k, v, block=block, name="tiled_attention", reread=SEC_ONLINE)
+    r = watch.report()
+    full = (*q.shape[:-1], k.size(-2))
+    what = f"tiled_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, block={block})"
+    if r["largest"][0] * 2 >= math.prod(full):
+        raise CheckFailed(f"{what} creates a tensor of {r['largest'][0]} numbers ({tuple(r['largest'][1])}): as "
+                          f"large as the whole score matrix {full} or half of it", reread=SEC_ONLINE, hint=NO_FULL)
+    if r["wide"]:
+        op, shape = r["wide"][0]
+        raise CheckFailed(f"{what} takes a {op} over more than block keys at once (of a {tuple(shape)} tensor)",
+                          reread=SEC_ONLINE, hint=NO_FULL)
 
 
 def tiled_attention_mask(tiled_attention) -> None:

@@ -148,6 +148,9 @@ def gpt_forward(GPT, g) -> None:
     visible.gpt_dropout(GPT, vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
                         n_head=cfg["n_head"], d_model=cfg["d_model"], B=randint(g, 1, 3),
                         T=randint(g, 1, cfg["block_size"]), seed=randint(g, 0, 10_000))
+    cfg = _config(g)
+    visible.gpt_given(GPT, vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
+                      n_head=cfg["n_head"], d_model=cfg["d_model"], seed=randint(g, 0, 10_000))
 
 
 @visible.single_threaded
@@ -187,6 +190,12 @@ def gpt_positions_and_tying(GPT, g) -> None:
         if len(vd) != 1:
             raise CheckFailed(f"{len(vd)} distinct vocab x d_model matrices, expected 1 (weights tied)",
                               reread=visible.SEC_MODEL, details=[f"case: {cfg}"])
+    cfg = _config(g)
+    V = cfg["vocab_size"]
+    T = cfg["block_size"] + (cfg["block_size"] == cfg["d_model"])          # one (T, D) parameter: the positions
+    visible.gpt_adds_positions(GPT, vocab_size=V, block_size=T, n_layer=cfg["n_layer"],
+                               n_head=cfg["n_head"], d_model=cfg["d_model"], seed=randint(g, 0, 10_000),
+                               a=randint(g, 0, V // 2 - 1), b=randint(g, V // 2, V - 1))
 
 
 @visible.single_threaded

@@ -26,6 +26,9 @@ def online_softmax_values(online_softmax, g) -> None:
         n = block * randint(g, 1, 5)
         x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 3) + torch.linspace(0, randint(g, 0, 6), n)
         visible._online_case(online_softmax, x, block, f"random x {tuple(x.shape)}")
+    block = randint(g, 2, 5)
+    x = torch.randn(*_lead(g), block * randint(g, 2, 4) + randint(g, 1, block - 1), generator=g) * randint(g, 1, 3)
+    visible.online_one_pass(online_softmax, x, block)
 
 
 def online_softmax_edge(online_softmax, g) -> None:
@@ -50,6 +53,11 @@ def tiled_attention_values(tiled_attention, g) -> None:
         q, k, v = _qkv(g)
         visible._tiled(tiled_attention, q, k, v, None, randint(g, 1, 6),
                        f"random q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    block = randint(g, 3, 6)                  # d <= block; Tq > 2 max(d, dv); Tk > 2 block
+    d, dv, lead = randint(g, 2, block), randint(g, 1, 6), _lead(g)
+    Tq, Tk = 2 * max(d, dv) + randint(g, 2, 8), block * randint(g, 3, 6) + randint(g, 0, block - 1)
+    visible.tiled_memory(tiled_attention, torch.randn(*lead, Tq, d, generator=g), torch.randn(*lead, Tk, d, generator=g),
+                         torch.randn(*lead, Tk, dv, generator=g), block)
 
 
 def tiled_attention_mask(tiled_attention, g) -> None:

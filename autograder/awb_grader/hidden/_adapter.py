@@ -409,6 +409,10 @@ def maker(kind: str):
         from .ex09 import _recording_gpt
 
         return _recording_gpt
+    if kind == "ex09.watch":
+        from attention_workbook.checks.ex09 import Watch
+
+        return Watch
     raise KeyError(f"unknown checker object {kind!r}")
 
 

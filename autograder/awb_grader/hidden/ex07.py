@@ -246,6 +246,14 @@ def seq2seq_padding(Seq2SeqTransformer) -> None:
         raise CheckFailed("hidden test: Seq2SeqTransformer(src_vocab, tgt_vocab) with the default arguments (max_len=32, "
                           "pad_id=0): logits (B, T, tgt_vocab), and padding the source with 0 changes nothing",
                           details=[f"case: src_vocab={sv}, tgt_vocab={tv}, S={S}, T={T}"])
+    spelled = A.train(A.new(Seq2SeqTransformer, sv, tv, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32,
+                            pad_id=0, name="Seq2SeqTransformer", seed=775), False)
+    ours, theirs = A.params(model), A.params(spelled)
+    if ({n: tuple(t.shape) for n, t in ours.items()} != {n: tuple(t.shape) for n, t in theirs.items()}
+            or not close(_logits(spelled, src, tgt), a)):
+        raise CheckFailed("hidden test: Seq2SeqTransformer(src_vocab, tgt_vocab) differs from the same model with its "
+                          "defaults spelled out (d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0)",
+                          details=[f"case: src_vocab={sv}, tgt_vocab={tv}, same seed"])
 
 
 # ----------------------------------------------------------------------------------------

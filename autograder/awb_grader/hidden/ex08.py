@@ -177,6 +177,33 @@ def gpt_forward(GPT) -> None:
             raise CheckFailed("hidden test: the loss at initialisation is far from ln(vocab_size)",
                               details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"])
     _gpt_dropout(GPT, g, seed=7)
+    _gpt_given(GPT, g, seed=8)
+
+
+def _gpt_given(GPT, g, seed):
+    """The given lines of the cell (block_size; _init_weights: normal(0, 0.02) weights, zero biases) and
+    the default dropout=0.0 (train mode equals eval mode)."""
+    cfg = {k: v for k, v in _config(g).items() if k != "dropout"}
+    model = A.new(GPT, name="GPT", seed=seed, **cfg)
+    if A.get(model, "block_size", None) != cfg["block_size"]:
+        raise CheckFailed("hidden test: GPT(...).block_size is not the block_size it was given", details=[f"case: {cfg}"])
+    weights = A.params(model)
+    for m in A.describe(model):
+        if m["kind"] not in ("Linear", "Embedding") or f"{m['path']}.weight" not in weights:
+            continue                                    # (the tied lm_head.weight is tok_emb.weight)
+        w = weights[f"{m['path']}.weight"].double()
+        bias = weights.get(f"{m['path']}.bias")
+        if abs(float(w.mean())) > 0.01 or not 0.001 < float(w.std()) < 0.025 or (
+                bias is not None and bool(bias.abs().max() > 0)):
+            raise CheckFailed("hidden test: the given initialisation (normal weights with mean 0 and std 0.02, "
+                              f"zero biases) is not in place: {m['path']}", details=[f"case: {cfg}"])
+    idx = torch.randint(cfg["vocab_size"], (2, cfg["block_size"]), generator=g)
+    with torch.no_grad():
+        a, _ = _fwd(A.train(model, True), idx)
+        b, _ = _fwd(A.train(model, False), idx)
+    if not close(a, b, atol=1e-6):
+        raise CheckFailed("hidden test: GPT(...) without a dropout argument differs between train and eval mode "
+                          "(dropout=0.0 is the default)", details=[f"case: {cfg}"])
 
 
 def _every_position(logits, shape, cfg):
@@ -256,6 +283,23 @@ def gpt_positions_and_tying(GPT) -> None:
         if len(vd) != 1:
             raise CheckFailed(f"hidden test: {len(vd)} distinct vocab x d_model matrices, expected 1 (weights tied)",
                               details=[f"case: {cfg}"])
+        params = A.params(model)
+        if any(tuple(p.shape) == (V,) for p in params.values()):
+            raise CheckFailed("hidden test: the output layer has a bias (a parameter of shape (vocab_size,))",
+                              details=[f"case: {cfg}"])
+        pos = [k for k, p in params.items() if tuple(p.shape) == (T, D)]
+        tok = [p for p in params.values() if tuple(p.shape) == (V, D)]
+        if len(pos) != 1 or len(tok) != 1 or T == D:
+            continue                             # another layout: the position check needs one table of each
+        out = []
+        for c in (randint(g, 0, V // 2 - 1), randint(g, V // 2, V - 1)):
+            # every row of the position table = minus token c's embedding: c's reach the blocks as x = 0
+            A.load(model, {pos[0]: -tok[0][c].expand(T, D).clone()})
+            logits, _ = _fwd(model, torch.full((1, T), c, dtype=torch.long))
+            out.append(logits)
+        if not close(out[0], out[1], atol=1e-5):
+            raise CheckFailed("hidden test: x = tok_emb(idx) + pos_emb(positions): with pos_emb = -tok_emb[c] in every "
+                              "row, two such tokens c must give the same logits (x = 0)", details=[f"case: {cfg}"])
 
 
 @single_threaded

@@ -46,6 +46,32 @@ def online_softmax_values(online_softmax) -> None:
         n = block * randint(g, 1, 6)
         x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 4) + torch.linspace(0, randint(g, 0, 8), n)
         _online_case(online_softmax, x, block, f"x {tuple(x.shape)}, block {block} (n a multiple of block)")
+    block = randint(g, 2, 5)
+    x = torch.randn(*_lead(g), block * randint(g, 3, 5) + randint(g, 1, block - 1), generator=g) * 2
+    _one_pass(online_softmax, x, block, f"x {tuple(x.shape)}, block {block}")
+
+
+def _watched(block, x, call_it):
+    """What a call computes on the way (attention_workbook.checks.ex09.Watch, run where the student's code runs)."""
+    watch = A.make("ex09.watch", block, x)
+    watch("start")
+    try:
+        call_it()
+    finally:
+        report = watch("stop")
+    return report
+
+
+def _one_pass(fn, x, block, case):
+    def run():
+        with A.forbid(online_builtins(), NO_SOFTMAX):
+            call(fn, x.clone(), block, name="online_softmax")
+    r = _watched(block, x, run)
+    if r["wide"] or r["extra_sweeps"] > 1:
+        raise CheckFailed("hidden test: online_softmax is not one pass (a reduction over more than a block, or x "
+                          "read in more than one sweep before the final exp(x - m) / l)",
+                          details=[f"case: {case}: " + (f"a {r['wide'][0][0]} over {tuple(r['wide'][0][1])}" if r["wide"]
+                                                        else f"{r['extra_sweeps'] + 1} sweeps")])
 
 
 def online_softmax_edge(online_softmax) -> None:
@@ -93,6 +119,22 @@ def tiled_attention_values(tiled_attention) -> None:
         block = randint(g, 1, 8)
         _tiled_case(tiled_attention, q, k, v, None, block,
                     f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, block {block}")
+    block = randint(g, 3, 6)                  # d <= block; Tq > 2 max(d, dv); Tk > 2 block
+    d, dv = randint(g, 2, block), randint(g, 1, 6)
+    Tq, Tk, lead = 2 * max(d, dv) + randint(g, 2, 8), block * randint(g, 3, 6) + randint(g, 0, block - 1), _lead(g)
+    q, k, v = (torch.randn(*lead, Tq, d, generator=g), torch.randn(*lead, Tk, d, generator=g),
+               torch.randn(*lead, Tk, dv, generator=g))
+    case = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, block {block}"
+    _tiled_case(tiled_attention, q, k, v, None, block, case)
+
+    def run():
+        with A.forbid(tiled_builtins(), NO_SDPA):
+            call(tiled_attention, q, k, v, block=block, name="tiled_attention")
+    r = _watched(block, None, run)
+    if r["largest"][0] * 2 >= math.prod((*lead, Tq, Tk)) or r["wide"]:
+        raise CheckFailed("hidden test: tiled_attention builds (half) the whole (..., Tq, Tk) score matrix, or reduces "
+                          "over more than block keys at once", details=[f"case: {case}: largest tensor "
+                                                                        f"{tuple(r['largest'][1])}, wide {r['wide'][:1]}"])
 
 
 def tiled_attention_mask(tiled_attention) -> None:
