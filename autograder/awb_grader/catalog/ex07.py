@@ -329,3 +329,23 @@ class DecoderBlock(nn.Module):
         cells={"greedy_decode": edit(A, "greedy_decode", ("ys = torch.cat([ys, next_tok[:, None]], dim=1)",
                                                           "ys = torch.cat([ys, torch.tensor(next_tok)[:, None]], dim=1)"))}),
 ]
+
+# surviving mutants of the solution (tools/mutation.py, issue 24): defaults the signature gives
+MISTAKES += [
+    Mistake(
+        id="s2s_default_d_ff_129", cell="Seq2SeqTransformer",
+        description="d_ff=129 as the default: right whenever d_ff is passed, another model for "
+                    "Seq2SeqTransformer(src, tgt)",
+        source=edit(A, "Seq2SeqTransformer", ("n_heads: int = 4, d_ff: int = 128,", "n_heads: int = 4, d_ff: int = 129,")),
+        must_fail=("test_seq2seq_padding",), hint="defaults spelled out", label="default d_ff 129"),
+    Mistake(
+        id="s2s_default_n_layers_3", cell="Seq2SeqTransformer",
+        description="n_layers=3 as the default: right whenever n_layers is passed, a deeper model by default",
+        source=edit(A, "Seq2SeqTransformer", ("n_layers: int = 2, max_len", "n_layers: int = 3, max_len")),
+        must_fail=("test_seq2seq_padding",), hint="defaults spelled out", label="default n_layers 3"),
+    Mistake(
+        id="s2s_default_max_len_33", cell="Seq2SeqTransformer",
+        description="max_len=33 as the default: right whenever max_len is passed, 33 positions by default",
+        source=edit(A, "Seq2SeqTransformer", ("max_len: int = 32, pad_id", "max_len: int = 33, pad_id")),
+        must_fail=("test_seq2seq_padding",), hint="defaults spelled out", label="default max_len 33"),
+]

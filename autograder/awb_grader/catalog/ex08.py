@@ -275,3 +275,39 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=
             "generate": edit(A, "generate", ("probs = F.softmax(logits, dim=-1)", "probs = F.softmax(logits)")),
         }),
 ]
+
+# surviving mutants of the solution (tools/mutation.py, issue 24)
+MISTAKES += [
+    Mistake(
+        id="gpt_default_dropout_1", cell="GPT",
+        description="dropout=1.0 as the default: right whenever dropout is passed, drops everything in train mode "
+                    "by default",
+        source=edit(A, "GPT", ("dropout: float = 0.0):", "dropout: float = 1.0):")),
+        must_fail=("test_gpt_forward",), hint="dropout=0.0 is the default", label="default dropout 1.0"),
+    Mistake(
+        id="gpt_block_size_dropped", cell="GPT",
+        description="the given self.block_size = block_size replaced: generate cannot crop the context",
+        source=edit(A, "GPT", ("self.block_size = block_size", "self.block_size = None")),
+        must_fail=("test_gpt_forward",), hint="given code of the GPT cell", label="block_size attribute lost"),
+    Mistake(
+        id="gpt_head_bias", cell="GPT",
+        description="lm_head with a bias: the tied output layer gets V extra parameters the table does not have",
+        source=edit(A, "GPT", ("nn.Linear(d_model, vocab_size, bias=False)", "nn.Linear(d_model, vocab_size, bias=True)")),
+        must_fail=("test_gpt_positions_tying",), hint="bias=False", label="lm_head with a bias"),
+    Mistake(
+        id="gpt_init_mean_1", cell="GPT",
+        description="the given _init_weights changed to mean 1.0: the loss at initialisation still looks right "
+                    "(ln_f centres x), the weights are not small",
+        source=edit(A, "GPT", ("nn.init.normal_(m.weight, mean=0.0, std=0.02)", "nn.init.normal_(m.weight, mean=1.0, std=0.02)")),
+        must_fail=("test_gpt_forward",), hint="_init_weights unchanged", label="init mean 1"),
+    Mistake(
+        id="gpt_init_biases_kept", cell="GPT",
+        description="the given _init_weights no longer zeroes the biases (PyTorch's uniform default stays)",
+        source=edit(A, "GPT", ('getattr(m, "bias", None)', 'getattr(m, "biases", None)')),
+        must_fail=("test_gpt_forward",), hint="_init_weights unchanged", label="biases not zeroed"),
+    Mistake(
+        id="gpt_positions_subtracted", cell="GPT",
+        description="x = tok_emb(idx) - pos_emb(...): still position-aware and trainable, not the model described",
+        source=edit(A, "GPT", ("x = self.tok_emb(idx) + self.pos_emb(", "x = self.tok_emb(idx) - self.pos_emb(")),
+        must_fail=("test_gpt_positions_tying",), hint="not subtracted", label="positions subtracted"),
+]

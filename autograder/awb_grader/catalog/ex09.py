@@ -374,3 +374,29 @@ def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, gen
                                                                    "i = torch.tensor(torch.arange(T)).unsqueeze(1)")),
         }),
 ]
+
+# issue 22: one pass, and no (Tq, Tk) score matrix (the checks watch the operations, ex09.Watch)
+MISTAKES += [
+    Mistake(
+        id="online_max_first", cell="online_softmax",
+        description="the whole row's maximum taken first (x.max), then the blocks summed: the right values, "
+                    "but the two-pass softmax",
+        source=edit(A, "online_softmax", ('m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)',
+                                          "m = x.max(dim=-1, keepdim=True).values")),
+        must_fail=("test_online_softmax_values",), hint="two-pass softmax", label="max of the whole row first"),
+    Mistake(
+        id="online_two_loops", cell="online_softmax",
+        description="one loop over the blocks for the maximum, a second one for the sum: the right values, two passes",
+        source=edit(A, "online_softmax", ("    for s in range(0, x.shape[-1], block):\n        xb =",
+                                          "    for s in range(0, x.shape[-1], block):\n"
+                                          "        m = torch.maximum(m, x[..., s:s + block].max(dim=-1, keepdim=True).values)\n"
+                                          "    for s in range(0, x.shape[-1], block):\n        xb =")),
+        must_fail=("test_online_softmax_values",), hint="two-pass softmax", label="two loops over the blocks"),
+    Mistake(
+        id="tiled_full_scores", cell="tiled_attention",
+        description="every tile sliced out of the whole (Tq, Tk) score matrix: the right values, the memory "
+                    "tiling was meant to save",
+        source=edit(A, "tiled_attention", ("scores = q @ k[..., s:s + block, :].transpose(-2, -1) / math.sqrt(q.shape[-1])",
+                                           "scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))[..., s:s + block]")),
+        must_fail=("test_tiled_attention_values",), hint="never build the whole", label="whole score matrix built"),
+]
