@@ -2,11 +2,11 @@
 earns everything.
 
 One cohort run (the real ``cohort`` command: nbgrader's zip_collect, the bubblewrap sandbox when
-it is available, parallel shards, outside-the-kernel verdicts) grades, for exercises 04-08,
+it is available, parallel shards, outside-the-kernel verdicts) grades, for exercises 04-09,
 every catalogued shortcut (``catalog/shortcuts.py``: delegation to the workbook's reference as a
 subclass, a wrapper, an alias import, a getattr, importlib / ``__import__`` / ``sys.modules``, an
 ``nn.Module`` holding the reference; tampering with encoded names), every catalogued
-contract-breaking mistake (``visible=True``; ``tests/test_catalog.py`` leaves those of 04-08 to
+contract-breaking mistake (``visible=True``; ``tests/test_catalog.py`` leaves those of 04-09 to
 this run), an honest student and every correct alternative of each exercise (including blocks
 that reach their sub-modules through wrapper modules).
 """
@@ -22,7 +22,7 @@ from awb_grader.course import EXERCISES
 from awb_grader.variants import error_text, solution_cells, student_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
-EXERCISE_IDS = ["04", "05", "06", "07", "08"]
+EXERCISE_IDS = ["04", "05", "06", "07", "08", "09"]
 SHORTCUTS = shortcuts()
 CONTRACT = contract_breaking()
 BWRAP = sandbox.bwrap_works()

@@ -1,5 +1,5 @@
 """Shortcuts: submissions that hand a graded item to the workbook's reference implementation, or
-tamper with the checks, for exercises 04-08.
+tamper with the checks, for exercises 04-09.
 
 Every student installs ``attention_workbook``, which holds the reference of nearly every graded
 item. Each entry below takes one shortcut in one of its forms:
@@ -73,8 +73,8 @@ def _encoded_import(module: str, name: str, alias: str) -> str:
             f"base64.b64decode(\"{_b64(name)}\").decode())\n")
 
 
-A4, A5, A6, A7, A8 = ("04_queries_keys_values", "05_multi_head_attention", "06_transformer_block",
-                      "07_encoder_decoder", "08_train_a_gpt")
+A4, A5, A6, A7, A8, A9 = ("04_queries_keys_values", "05_multi_head_attention", "06_transformer_block",
+                          "07_encoder_decoder", "08_train_a_gpt", "09_attention_at_scale")
 _SDPA = ("test_sdpa_shapes", "test_sdpa_values", "test_sdpa_causal", "test_sdpa_padding")
 _SOFTMAX = ("test_softmax_values", "test_softmax_dim", "test_softmax_stability")
 _HEAD = ("test_head_structure", "test_head_forward", "test_head_mask")
@@ -88,6 +88,12 @@ _GPT = ("test_gpt_forward", "test_gpt_causal", "test_gpt_positions_tying", "test
 _GEN = ("test_generate_basics", "test_generate_sampling")
 _LR = ("test_lr_at_warmup", "test_lr_at_cosine")
 _BATCH = ("test_get_batch_shift", "test_get_batch_random")
+_ONLINE = ("test_online_softmax_values", "test_online_softmax_edge")
+_TILED = ("test_tiled_attention_values", "test_tiled_attention_mask")
+_GQA = ("test_gqa_as_mha", "test_gqa_groups")
+_ROPE = ("test_apply_rope_values", "test_apply_rope_positions")
+_WINDOW = ("test_sliding_window_mask",)
+_CACHED = ("test_generate_cached_equal", "test_generate_cached_steps")
 _REF = "the workbook's reference"
 _TAMPER = "tampering: answer cells hide what they run"
 
@@ -410,6 +416,71 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None):
         return self.inner(idx, targets)
 '''}, _GPT, _REF, "GPT is an nn.Module holding the package's GPT and forwarding to it"),
+    # -- 09 ------------------------------------------------------------------------------------
+    Shortcut("gqa_subclasses_reference", A9, "delegation: subclass", {"GroupedQueryAttention": '''import attention_workbook.inference
+
+
+class GroupedQueryAttention(attention_workbook.inference.GroupedQueryAttention):
+    pass
+'''}, _GQA, _REF, "GroupedQueryAttention only subclasses the package's class"),
+    Shortcut("online_softmax_wraps_reference", A9, "delegation: wrapper", {"online_softmax": '''import attention_workbook.inference
+
+
+def online_softmax(x, block=4):
+    return attention_workbook.inference.online_softmax(x, block)
+'''}, _ONLINE, _REF, "online_softmax calls the package's online_softmax"),
+    Shortcut("rope_alias_import", A9, "delegation: alias", {"apply_rope": '''from attention_workbook.inference import apply_rope as _rotate
+
+
+def apply_rope(x, positions=None, base=10000.0):
+    return _rotate(x, positions, base)
+'''}, _ROPE, _REF, "apply_rope is the package's, imported under another name"),
+    Shortcut("tiled_getattr", A9, "delegation: getattr", {"tiled_attention": '''import attention_workbook.inference
+
+
+def tiled_attention(q, k, v, mask=None, block=16):
+    return getattr(attention_workbook.inference, "tiled_attention")(q, k, v, mask, block)
+'''}, _TILED, _REF, "tiled_attention fetches the package's with getattr"),
+    Shortcut("tamper_encoded_09", A9, "tampering: encoded", {"online_softmax": _tamper("09") + '''
+
+def online_softmax(x, block=4):
+    raise NotImplementedError()
+'''}, _all_cells(_ONLINE, _TILED, _GQA, _ROPE, _WINDOW, _CACHED), _TAMPER,
+        "implements nothing; the check modules imported under base64 names and patched with setattr",
+        unanswered=True, in_kernel=False),
+    Shortcut("encoded_delegation_09", A9, "tampering: encoded delegation", {"tiled_attention":
+        _encoded_import("attention_workbook.inference", "tiled_attention", "_tiles") + '''
+
+def tiled_attention(q, k, v, mask=None, block=16):
+    return _tiles(q, k, v, mask, block)
+'''}, _all_cells(_TILED, _ONLINE, _GQA), _TAMPER,
+        "tiled_attention calls the package's fetched under base64-encoded names", in_kernel=False),
+    Shortcut("window_importlib", A9, "delegation: importlib", {"sliding_window_mask": '''import importlib
+
+
+def sliding_window_mask(T, window):
+    return importlib.import_module("attention_workbook.inference").sliding_window_mask(T, window)
+'''}, _WINDOW, _REF, "sliding_window_mask calls the package's, its module fetched with importlib"),
+    Shortcut("generate_cached_sys_modules", A9, "delegation: importlib", {"generate_cached": '''import sys
+import attention_workbook.inference
+
+
+@torch.no_grad()
+def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    return sys.modules["attention_workbook.inference"].generate_cached(model, idx, max_new_tokens, temperature,
+                                                                       top_k, generator)
+'''}, _CACHED, _REF, "generate_cached calls the package's, its module read from sys.modules"),
+    Shortcut("gqa_holds_reference", A9, "delegation: composition", {"GroupedQueryAttention": '''from attention_workbook import inference
+
+
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads):
+        super().__init__()
+        self.inner = inference.GroupedQueryAttention(d_model, n_heads, n_kv_heads)
+
+    def forward(self, x, mask=None, is_causal=False):
+        return self.inner(x, mask, is_causal)
+'''}, _GQA, _REF, "GroupedQueryAttention is an nn.Module holding the package's and forwarding to it"),
 ]
 
 
@@ -417,12 +488,12 @@ def shortcuts(assignment: str | None = None) -> list[Shortcut]:
     return [s for s in SHORTCUTS if assignment is None or s.assignment == assignment]
 
 
-COHORT = (A4, A5, A6, A7, A8)
+COHORT = (A4, A5, A6, A7, A8, A9)
 
 
 def contract_breaking(assignment: str | None = None) -> list[tuple[str, object]]:
     """(assignment, mistake) for the catalogued contract-breaking mistakes (``visible=True``: right
-    on some of the inputs the text promises, wrong on others) of 04-08. ``tests/test_shortcuts.py``
+    on some of the inputs the text promises, wrong on others) of 04-09. ``tests/test_shortcuts.py``
     grades them in the same cohort run as the shortcuts (sandbox on), so ``tests/test_catalog.py``
     leaves them out."""
     from . import mistakes
