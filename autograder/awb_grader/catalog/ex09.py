@@ -136,6 +136,14 @@ MISTAKES = [
         source=edit(A, "GroupedQueryAttention", ("mask = causal if mask is None else mask & causal",
                                                  "mask = causal if mask is None else mask")),
         must_fail=("test_gqa_as_mha",), hint="only one is applied", visible=True),
+    # issue 24: a bug a public trainer shipped and fixed (ByteDance-Seed/VeOmni PR #162: its repeat_kv,
+    # written for (B, heads, T, Dh), was applied to (B, T, heads, Dh) and repeated the wrong axis)
+    Mistake(
+        id="gqa_repeat_on_time_axis", cell="GroupedQueryAttention",
+        description="key/value heads repeated along the time axis (dim=2) instead of the head axis (dim=1): "
+                    "right only when n_kv_heads == n_heads",
+        source=edit(A, "GroupedQueryAttention", ("repeat_interleave(group, dim=1)", "repeat_interleave(group, dim=2)")),
+        must_fail=("test_gqa_groups",), label="kv repeated along time"),
     # -- apply_rope --------------------------------------------------------------------------
     Mistake(
         id="rope_half_split", cell="apply_rope",
