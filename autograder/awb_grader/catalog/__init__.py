@@ -92,7 +92,7 @@ def edit(assignment: str, cell: str, *changes: tuple[str | tuple[str, str], str]
             i = src.find(first) if src.count(first) == 1 else -1
             j = src.find(last, i + len(first)) if i >= 0 else -1
             if j < 0:
-                raise ValueError(f"catalog edit of {assignment}/{cell}: no single {first!r} ... {last!r} in the solution")
+                raise ValueError(f"catalog edit of {assignment}/{cell}: no single {first!r} ... {last!r} in it")
             src = src[:i] + new + src[j + len(last):]
             continue
         if old not in src:

@@ -182,5 +182,6 @@ ALTERNATIVES = [
                     "(torch warns to use clone): correct, so full marks, warnings or not",
         cells={"pairwise_dots": edit(A, "pairwise_dots", ("return x @ x.transpose(-2, -1)",
                                                           "return x @ x.T.permute(2, 0, 1)")),
-               "batched_outer": edit(A, "batched_outer", ("return a[:, :, None]", "return torch.tensor(a)[:, :, None]"))}),
+               "batched_outer": edit(A, "batched_outer",
+                                     ("return a[:, :, None]", "return torch.tensor(a)[:, :, None]"))}),
 ]

@@ -97,7 +97,8 @@ MISTAKES = [
     Mistake(
         id="softmax_sqrt_D", cell="softmax_self_attention",
         description="scales the scores by 1/sqrt(D) as in lecture 04's attention",
-        source=edit(A, "softmax_self_attention", ("x @ x.transpose(-2, -1)", "x @ x.transpose(-2, -1) / x.shape[-1] ** 0.5")),
+        source=edit(A, "softmax_self_attention",
+                    ("x @ x.transpose(-2, -1)", "x @ x.transpose(-2, -1) / x.shape[-1] ** 0.5")),
         must_fail=_SOFTMAX_ALL, hint="sqrt(D)"),
     Mistake(
         id="softmax_returns_weights", cell="softmax_self_attention",

@@ -37,7 +37,8 @@ MISTAKES = [
     Mistake(
         id="softmax_uses_builtin", cell="softmax", label="calls torch.softmax",
         description="calls torch.softmax instead of writing the softmax",
-        source=edit(A, "softmax", (("shifted = x", "e.sum(dim=dim, keepdim=True)"), "return torch.softmax(x, dim=dim)")),
+        source=edit(A, "softmax",
+                    (("shifted = x", "e.sum(dim=dim, keepdim=True)"), "return torch.softmax(x, dim=dim)")),
         must_fail=("test_softmax_values", "test_softmax_dim", "test_softmax_stability"), hint="off limits"),
     # -- masks -----------------------------------------------------------------------------
     Mistake(
@@ -163,7 +164,8 @@ MISTAKES = [
     Mistake(
         id="sdpa_mask_gets_batch_axis", cell="scaled_dot_product_attention",
         description="adds a batch axis to the mask (mask[None]): right for a (T, T) mask on 3-D inputs only",
-        source=edit(A, "scaled_dot_product_attention", ("scores.masked_fill(~mask,", "scores.masked_fill(~mask[None],")),
+        source=edit(A, "scaled_dot_product_attention",
+                    ("scores.masked_fill(~mask,", "scores.masked_fill(~mask[None],")),
         must_fail=("test_sdpa_causal", "test_sdpa_padding"), hint="as it is", visible=True),
     Mistake(
         id="padding_mask_2d", cell="padding_mask",
@@ -359,19 +361,12 @@ MISTAKES += [
     Mistake(
         id="head_values_are_x", cell="SelfAttentionHead", label="head averages x, not values",
         description="averages the inputs x instead of the values W_v(x)",
-        source=edit(A, "SelfAttentionHead", ("k, v = self.W_q(x), self.W_k(x), self.W_v", "k = self.W_q(x), self.W_k"),
-                                            ("weights = torch.softmax(scores, dim=-1)                          # (B, T, T)\n"
-                                             "        return weights @ v",
-                                             "return torch.softmax(scores, dim=-1) @ x")),
+        source=edit(A, "SelfAttentionHead", ("return weights @ v", "return weights @ x")),
         must_fail=_HEAD_VALUES, hint="VALUES"),
     Mistake(
         id="head_ignores_mask", cell="SelfAttentionHead", label="head ignores the mask",
         description="forward accepts a mask but never applies it",
-        source=edit(A, "SelfAttentionHead", ("if mask is not None:\n"
-                                             '            scores = scores.masked_fill(~mask, float("-inf"))\n'
-                                             "        weights = torch.softmax(scores, dim=-1)                          # (B, T, T)\n"
-                                             "        return weights",
-                                             "return torch.softmax(scores, dim=-1)")),
+        source=edit(A, "SelfAttentionHead", (("        if mask is not None:\n", '"-inf"))\n'), "")),
         must_fail=("test_head_mask",), hint="mask ignored"),
     Mistake(
         id="head_builtin", cell="SelfAttentionHead", label="head on F.scaled_dot_product_attention",
@@ -380,7 +375,8 @@ MISTAKES += [
         source=edit(A, "SelfAttentionHead",
                     (("q, k, v = self.W_q(x)", "return weights @ v"),
                      "import torch.nn.functional as F\n"
-                     "        return F.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)")),
+                     "        return F.scaled_dot_product_attention("
+                     "self.W_q(x), self.W_k(x), self.W_v(x), attn_mask=mask)")),
         must_fail=_HEAD_VALUES, hint="off limits"),
     Mistake(
         id="head_keys_from_W_q", cell="SelfAttentionHead", label="keys computed with W_q",
@@ -396,7 +392,8 @@ MISTAKES += [
     Mistake(
         id="bilinear_bmm_3d_only", cell="bilinear_scores",
         description="torch.bmm and transpose(1, 2): right for (B, T, d) inputs only",
-        source=edit(A, "bilinear_scores", ("return (q @ W) @ k.transpose(-2, -1)", "return torch.bmm(q @ W, k.transpose(1, 2))")),
+        source=edit(A, "bilinear_scores",
+                    ("return (q @ W) @ k.transpose(-2, -1)", "return torch.bmm(q @ W, k.transpose(1, 2))")),
         must_fail=_BIL, hint="only for 3-D inputs", visible=True),
     Mistake(
         id="additive_axes_from_the_front", cell="additive_scores",

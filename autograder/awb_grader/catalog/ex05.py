@@ -16,7 +16,8 @@ MISTAKES = [
         id="split_direct_view", cell="split_heads",
         description="split_heads reshapes (B, T, D) straight to (B, H, T, D/H): tokens are poured into heads "
                     "in reading order and the sequence is scrambled (right shape, wrong content)",
-        source=edit(A, "split_heads", ("x.view(B, T, n_heads, D // n_heads).transpose(1, 2)", "x.reshape(B, n_heads, T, D // n_heads)")),
+        source=edit(A, "split_heads",
+                    ("x.view(B, T, n_heads, D // n_heads).transpose(1, 2)", "x.reshape(B, n_heads, T, D // n_heads)")),
         must_fail=("test_split_heads_values",) + _MHA_ALL, hint="straight to (B, H, T, D/H)"),
     Mistake(
         id="split_interleaved", cell="split_heads",
@@ -50,9 +51,7 @@ MISTAKES = [
     Mistake(
         id="scale_sqrt_d", cell="MultiHeadAttention",
         description="scores divided by sqrt(D) instead of sqrt(D/H): every head's softmax is too flat",
-        source=edit(A, "MultiHeadAttention", ("q = q / math.sqrt(D // H)                              # scale q: cheaper than scaling (T, S) scores\n"
-                                              "        scores = q @ k.transpose(-2, -1",
-                                              "scores = q @ k.transpose(-2, -1) / math.sqrt(D")),
+        source=edit(A, "MultiHeadAttention", ("math.sqrt(D // H)", "math.sqrt(D)")),
         must_fail=_MHA_ALL, hint="sqrt(D/H)"),
     Mistake(
         id="qkv_chunk_order", cell="MultiHeadAttention",
@@ -125,7 +124,8 @@ MISTAKES = [
     Mistake(
         id="param_count_without_w_o", cell="mha_param_count",
         description="parameter count of W_qkv only: the output projection W_o is forgotten",
-        source=edit(A, "mha_param_count", ("4 * d_model * d_model + (4 * d_model", "3 * d_model * d_model + (3 * d_model")),
+        source=edit(A, "mha_param_count",
+                    ("4 * d_model * d_model + (4 * d_model", "3 * d_model * d_model + (3 * d_model")),
         must_fail=("test_mha_param_count",), hint="W_o is D x D"),
     Mistake(
         id="from_torch_transposed_out_proj", cell="from_torch",

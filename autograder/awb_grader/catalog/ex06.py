@@ -293,7 +293,8 @@ MISTAKES = [
     Mistake(
         id="block_default_dropout_1", cell="TransformerBlock",
         description="dropout=1.0 as the block's default",
-        source=edit(A, "TransformerBlock", ("d_ff: int, dropout: float = 0.0, pre_ln", "d_ff: int, dropout: float = 1.0, pre_ln")),
+        source=edit(A, "TransformerBlock",
+                    ("d_ff: int, dropout: float = 0.0, pre_ln", "d_ff: int, dropout: float = 1.0, pre_ln")),
         must_fail=("test_block_pre_ln",), hint="dropout=0.0 is the default", label="block drops all by default"),
     Mistake(
         id="count_default_no_bias", cell="block_param_count",

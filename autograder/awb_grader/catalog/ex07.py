@@ -6,7 +6,8 @@ A = "07_encoder_decoder"
 
 # the decoder block without its causal mask (the mask from the padding alone)
 _NON_CAUSAL_DECODER = edit(A, "DecoderBlock", (("T = x.size(1)", "# (B, 1, T, T)"),
-                                               "mask = None if self_mask is None else self_mask[:, None, None, :]  # (B, 1, 1, T)"))
+                                               "mask = None if self_mask is None else self_mask[:, None, None, :]"
+                                               "  # (B, 1, 1, T)"))
 
 _S2S_TORCH = '''class Seq2SeqTransformer(nn.Module):
     def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0):
@@ -53,9 +54,7 @@ MISTAKES = [
     Mistake(
         id="decoder_memory_mask_ignored", cell="DecoderBlock",
         description="the memory mask is never applied: padded source tokens get attention",
-        source=edit(A, "DecoderBlock", ("        mem = None if memory_mask is None else memory_mask[:, None, None, :]  # (B, 1, 1, S)\n",
-                                        ""),
-                                       (", mask=mem", "")),
+        source=edit(A, "DecoderBlock", (("        mem = None", "# (B, 1, 1, S)\n"), ""), (", mask=mem", "")),
         must_fail=("test_decoder_masks",), hint="memory mask ignored"),
     Mistake(
         id="decoder_pre_ln", cell="DecoderBlock",
@@ -163,12 +162,14 @@ MISTAKES = [
     Mistake(
         id="s2s_default_pad_1", cell="Seq2SeqTransformer",
         description="pad_id=1 as the default: right whenever pad_id is passed, wrong for Seq2SeqTransformer(src, tgt)",
-        source=edit(A, "Seq2SeqTransformer", ("max_len: int = 32, pad_id: int = 0)", "max_len: int = 32, pad_id: int = 1)")),
+        source=edit(A, "Seq2SeqTransformer",
+                    ("max_len: int = 32, pad_id: int = 0)", "max_len: int = 32, pad_id: int = 1)")),
         must_fail=("test_seq2seq_padding",), hint="defaults", label="pad_id 1 by default"),
     Mistake(
         id="s2s_default_d_model_65", cell="Seq2SeqTransformer",
         description="d_model=65 as the default: with n_heads=4 the default model cannot be built",
-        source=edit(A, "Seq2SeqTransformer", ("tgt_vocab: int, d_model: int = 64,", "tgt_vocab: int, d_model: int = 65,")),
+        source=edit(A, "Seq2SeqTransformer",
+                    ("tgt_vocab: int, d_model: int = 64,", "tgt_vocab: int, d_model: int = 65,")),
         must_fail=("test_seq2seq_padding",), hint=None, label="default d_model 65"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
@@ -336,7 +337,8 @@ MISTAKES += [
         id="s2s_default_d_ff_129", cell="Seq2SeqTransformer",
         description="d_ff=129 as the default: right whenever d_ff is passed, another model for "
                     "Seq2SeqTransformer(src, tgt)",
-        source=edit(A, "Seq2SeqTransformer", ("n_heads: int = 4, d_ff: int = 128,", "n_heads: int = 4, d_ff: int = 129,")),
+        source=edit(A, "Seq2SeqTransformer",
+                    ("n_heads: int = 4, d_ff: int = 128,", "n_heads: int = 4, d_ff: int = 129,")),
         must_fail=("test_seq2seq_padding",), hint="defaults spelled out", label="default d_ff 129"),
     Mistake(
         id="s2s_default_n_layers_3", cell="Seq2SeqTransformer",

@@ -292,13 +292,15 @@ MISTAKES += [
     Mistake(
         id="gpt_head_bias", cell="GPT",
         description="lm_head with a bias: the tied output layer gets V extra parameters the table does not have",
-        source=edit(A, "GPT", ("nn.Linear(d_model, vocab_size, bias=False)", "nn.Linear(d_model, vocab_size, bias=True)")),
+        source=edit(A, "GPT",
+                    ("nn.Linear(d_model, vocab_size, bias=False)", "nn.Linear(d_model, vocab_size, bias=True)")),
         must_fail=("test_gpt_positions_tying",), hint="bias=False", label="lm_head with a bias"),
     Mistake(
         id="gpt_init_mean_1", cell="GPT",
         description="the given _init_weights changed to mean 1.0: the loss at initialisation still looks right "
                     "(ln_f centres x), the weights are not small",
-        source=edit(A, "GPT", ("nn.init.normal_(m.weight, mean=0.0, std=0.02)", "nn.init.normal_(m.weight, mean=1.0, std=0.02)")),
+        source=edit(A, "GPT",
+                    ("nn.init.normal_(m.weight, mean=0.0, std=0.02)", "nn.init.normal_(m.weight, mean=1.0, std=0.02)")),
         must_fail=("test_gpt_forward",), hint="_init_weights unchanged", label="init mean 1"),
     Mistake(
         id="gpt_init_biases_kept", cell="GPT",

@@ -93,7 +93,8 @@ MISTAKES = [
     Mistake(
         id="tiled_four_dims_only", cell="tiled_attention",
         description="slices and transposes by fixed axis numbers: works for (B, H, T, d) only",
-        source=edit(A, "tiled_attention", ("k[..., s:s + block, :].transpose(-2, -1)", "k[:, :, s:s + block, :].transpose(2, 3)")),
+        source=edit(A, "tiled_attention",
+                    ("k[..., s:s + block, :].transpose(-2, -1)", "k[:, :, s:s + block, :].transpose(2, 3)")),
         must_fail=("test_tiled_attention_values", "test_tiled_attention_mask"), hint="leading axes", visible=True),
     Mistake(
         id="tiled_mask_inverted", cell="tiled_attention",
@@ -202,7 +203,8 @@ MISTAKES = [
     Mistake(
         id="cache_positions_restart", cell="generate_cached",
         description="each new token gets position embedding 0.. again instead of the position after the cache",
-        source=edit(A, "generate_cached", ("model.pos_emb(torch.arange(past, past + t))", "model.pos_emb(torch.arange(t))")),
+        source=edit(A, "generate_cached",
+                    ("model.pos_emb(torch.arange(past, past + t))", "model.pos_emb(torch.arange(t))")),
         must_fail=("test_generate_cached_equal",), hint="restart at 0", label="positions restart in the cache"),
     Mistake(
         id="cache_replaced", cell="generate_cached",
