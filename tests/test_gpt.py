@@ -1,6 +1,7 @@
 """Lecture 08's GPT and its machinery: the model and graded pieces (attention_workbook.gpt), presets,
 devices, the training loop (training) and head ablation (ablation)."""
 
+import copy
 import math
 from dataclasses import replace
 
@@ -95,10 +96,13 @@ def test_head_ablation_zeroes_one_head():
     base, _ = m(idx)
     with ablation.ablate_heads(m, [(1, 2)]):
         ablated, _ = m(idx)
-        # by hand: zero head 2's slice of the input of W_o in layer 1
-        W_o = m.blocks[1].attn.W_o.weight
         assert m.blocks[1].attn.head_mask.tolist() == [1, 1, 0, 1]
     assert (base - ablated).abs().max() > 1e-5
+    # by hand: head 2's output is columns 16:24 of W_o's input in layer 1 (Dh = 32 / 4 = 8)
+    by_hand = copy.deepcopy(m)
+    with torch.no_grad():
+        by_hand.blocks[1].attn.W_o.weight[:, 16:24] = 0.0
+    torch.testing.assert_close(by_hand(idx)[0], ablated)
     again, _ = m(idx)
     torch.testing.assert_close(again, base)  # restored after the with block
     data = torch.randint(65, (500,), generator=torch.Generator().manual_seed(5))
