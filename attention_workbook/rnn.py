@@ -93,18 +93,18 @@ def seconds_per_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1
     return best
 
 
-# A passage in the spirit of the lecture's example: "her" near the end refers to someone named
-# dozens of tokens earlier. Written for this workbook.
-CATHERINE_PASSAGE = (
-    "Catherine the Great , born a minor German princess in 1729 , reached the Russian throne "
-    "in 1762 after a palace coup removed her husband . During the decades that followed , "
-    "the empire pushed its borders south to the Black Sea , founded new towns and schools , "
-    "welcomed settlers from across Europe , and argued about the ideas of the Enlightenment "
-    "in its salons . Historians still debate how much of this change was planned , but most "
-    "agree that the letters , laws and academies of the period carry her signature ."
+# The workbook's long-range reference: "his" near the end refers to the surveyor named in the
+# first two tokens, 95 tokens earlier, with no other pronoun for him in between.
+PASSAGE = (
+    "Oskar Lindqvist , a surveyor from a small fishing town , charted the northern coast in 1884 . "
+    "Before that survey , ships found the harbour by a single lamp on the cliffs and by the memory "
+    "of old pilots . The work took eleven summers of rowing , climbing and measuring , with a crew "
+    "of four and a borrowed theodolite . Later charts added depths , beacons and radio signals , "
+    "and the harbour has long since moved , yet pilots who know these waters still say that every "
+    "safe passage north begins with his chart ."
 )
 
 
-def tokens(text: str = CATHERINE_PASSAGE) -> list[str]:
+def tokens(text: str = PASSAGE) -> list[str]:
     """Whitespace tokens (the passage is written with spaces around punctuation)."""
     return text.split()

@@ -3,7 +3,7 @@
 import torch
 
 from attention_workbook.rnn import (
-    CATHERINE_PASSAGE,
+    PASSAGE,
     RNNConfig,
     VanillaRNN,
     orthogonal,
@@ -70,10 +70,13 @@ def test_step_counts_and_timer():
 
 
 def test_passage_has_far_reference():
-    toks = tokens(CATHERINE_PASSAGE)
-    assert toks[:3] == ["Catherine", "the", "Great"]
-    assert toks[-3:] == ["her", "signature", "."]
-    assert len(toks) - 3 - 2 > 60  # "her" is more than 60 steps after "Great"
+    toks = tokens(PASSAGE)
+    assert toks == tokens()  # the default text is the passage
+    assert toks[:2] == ["Oskar", "Lindqvist"]
+    assert toks[-3:] == ["his", "chart", "."]
+    # "his" is the only pronoun: nothing nearer the end can stand in for the name
+    assert [t for t in toks if t.lower() in {"he", "him", "his", "she", "her", "hers"}] == ["his"]
+    assert toks.index("his") - 1 > 60  # "his" is more than 60 steps after "Lindqvist"
 
 
 def test_repr_names_the_configuration():
