@@ -9,9 +9,10 @@ capability 8.0, fp16 + GradScaler on a T4, float32 on most CPUs) and ``autocast`
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
 import torch
+
+from attention_workbook.machine import cpu_flags, describe_cpu
 
 
 def pick_device() -> str:
@@ -26,14 +27,9 @@ def pick_device() -> str:
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
     """True on CPUs with bf16 dot-product instructions (AVX512-BF16 or AMX): there bf16 autocast
     is faster than float32; on other CPUs it is emulated and much slower. ``cpuinfo``: the text
-    of /proc/cpuinfo (read from the machine when not given)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = set(cpuinfo.split())
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    of /proc/cpuinfo (the machine's flags, from ``machine.describe_cpu``, when not given)."""
+    flags = describe_cpu().flags if cpuinfo is None else cpu_flags(cpuinfo)
+    return bool(flags) and (flags["avx512_bf16"] or flags["amx_bf16"])  # None: no /proc/cpuinfo
 
 
 def gpu_has_native_bf16(index: int = 0) -> bool:

@@ -78,6 +78,12 @@ def _caches() -> dict[str, int]:
     return sizes
 
 
+def cpu_flags(cpuinfo: str) -> dict[str, bool]:
+    """Which of FLAGS appear as whole words in the text of /proc/cpuinfo (``devices`` asks for bf16)."""
+    words = set(cpuinfo.split())
+    return {f: f in words for f in FLAGS}
+
+
 def describe_cpu() -> CPUInfo:
     """The CPU as Linux reports it (model name, data caches of cpu0, flags), the cores and the load now."""
     info = _cpuinfo()
@@ -85,8 +91,7 @@ def describe_cpu() -> CPUInfo:
     flags = None
     if info is not None:
         name = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), name)
-        words = set(info.split())
-        flags = {f: f in words for f in FLAGS}
+        flags = cpu_flags(info)
     try:
         load = os.getloadavg()
     except (OSError, AttributeError):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_workbook import inference
-from attention_workbook.machine import CPUInfo, describe_cpu, page_faults, size_text
+from attention_workbook import devices, inference, machine
+from attention_workbook.machine import CPUInfo, cpu_flags, describe_cpu, page_faults, size_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,6 +20,15 @@ def test_size_text_uses_binary_units():
     assert size_text(32 * 2**20) == "32 MiB"
     assert size_text(3 * 2**30) == "3 GiB"
     assert size_text(100) == "100 B"
+
+
+def test_cpu_flags_are_whole_words_and_devices_reads_them_here(monkeypatch):
+    text = "processor : 0\nflags : fpu avx2 avx512_bf16_extra amx_bf16\n"
+    assert cpu_flags(text) == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": True}
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: text)          # devices asks describe_cpu
+    assert describe_cpu().flags == cpu_flags(text) and devices.cpu_has_fast_bf16() is True
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: None)          # no /proc/cpuinfo: no flags
+    assert describe_cpu().flags is None and devices.cpu_has_fast_bf16() is False
 
 
 def test_smallest_cache_holding_and_texts():
