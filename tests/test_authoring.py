@@ -72,3 +72,34 @@ def test_sync_completes_nbgrader_metadata(tmp_path, monkeypatch):
             assert got == {**want, "grade_id": got["grade_id"]} and got["grade_id"].startswith("ro-")
     assert len({m["grade_id"] for m in done}) == len(done)
     assert nbcells.sync([tmp_path / rel]) == []
+
+
+@pytest.mark.slow
+def test_the_documented_recipe_stores_fresh_outputs(tmp_path):
+    """CONTRIBUTING's two steps (``--update``, then ``--execute`` on the notebook) store the edited
+    code's output under the old cell ids; ``--update --execute`` in one command keeps the old output."""
+    lecture = tmp_path / "lectures" / "NN_tiny.ipynb"
+    lecture.parent.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Tiny"),
+                                         nbformat.v4.new_code_cell('print("before")')])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lecture)
+    jt = [sys.executable, "-m", "jupytext", "-q"]
+    subprocess.run([*jt, "--execute", "--run-path", str(lecture.parent), str(lecture)], check=True)
+    ids = [c.id for c in nbformat.read(lecture, as_version=4).cells]
+    script = tmp_path / "tiny.py"
+    subprocess.run([*jt, "--to", "py:percent", str(lecture), "-o", str(script)], check=True)
+    script.write_text(script.read_text().replace('print("before")', 'print("after")'))
+
+    one_step = tmp_path / "one_step.ipynb"
+    one_step.write_bytes(lecture.read_bytes())
+    subprocess.run([*jt, "--to", "ipynb", "--update", str(script), "-o", str(one_step), "--execute",
+                    "--run-path", str(lecture.parent)], check=True)
+    subprocess.run([*jt, "--to", "ipynb", "--update", str(script), "-o", str(lecture)], check=True)
+    subprocess.run([*jt, "--execute", "--run-path", str(lecture.parent), str(lecture)], check=True)
+
+    def printed(path):
+        return nbformat.read(path, as_version=4).cells[1].outputs[0]["text"]
+
+    assert printed(lecture) == "after\n" and [c.id for c in nbformat.read(lecture, as_version=4).cells] == ids
+    assert printed(one_step) == "before\n", "jupytext now refreshes outputs in one step: simplify CONTRIBUTING"
