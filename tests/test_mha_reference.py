@@ -63,7 +63,7 @@ def test_block_matches_nn_transformer_encoder_layer():
 
 # ----------------------------------------------------------------- lecture 05's additions
 from attention_workbook.mha import (  # noqa: E402
-    HeadLoopMHA, SlicedMHA, activation_bytes, fused_from_sliced, sliced_from_head_loop, to_torch,
+    HeadLoopMHA, activation_bytes, fused_from_sliced, sliced_from_head_loop, to_torch,
 )
 from attention_workbook.toydata import TOY_HEAD_NAMES, TOY_SENTENCES, toy_embed, toy_mha  # noqa: E402
 
