@@ -61,7 +61,9 @@ def bare_nbclient(nb_path: Path, repeats: int) -> float:
     for _ in range(repeats):
         nb = nbformat.read(nb_path, as_version=4)
         t = time.perf_counter()
-        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}).execute()
+        NotebookClient(
+            nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}
+        ).execute()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 

@@ -90,9 +90,11 @@ def main() -> int:
     graded = [r for r in records.values() if r["status"] != "ungradable"]
     per_nb = wall / max(1, len(graded))
     in_worker = sorted(r["seconds"] for r in graded)
-    print(f"graded {len(graded)} notebooks ({len(records) - len(graded)} ungradable): {per_nb:.2f} s per notebook "
-          f"of wall time with {a.workers} workers; in its worker a notebook took {in_worker[len(in_worker) // 2]:.2f} s "
-          f"(median), {in_worker[-1]:.2f} s at most")
+    print(
+        f"graded {len(graded)} notebooks ({len(records) - len(graded)} ungradable): {per_nb:.2f} s per notebook "
+        f"of wall time with {a.workers} workers; in its worker a notebook took {in_worker[len(in_worker) // 2]:.2f} s "
+        f"(median), {in_worker[-1]:.2f} s at most"
+    )
     print(f"statuses: {dict(Counter(r['status'] for r in records.values()))}")
     total = 300 * 9 * per_nb
     print(f"projection, 300 students x 9 exercises: {total / 3600:.2f} h on this machine ({a.workers} workers); "

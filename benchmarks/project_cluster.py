@@ -105,7 +105,9 @@ def measure(students: int, tmp: Path, big_students: int = 100) -> dict:
     startup = max(0.0, e1 - collect_per_file * n1)
     graded_busy = [s for v in busy.values() for s in v]
     # a shard's time beyond its notebooks' busy time over its workers: start-up + collection
-    shard_states = [json.loads((p / "cohort_state.json").read_text()) for p in sorted((multi / "cluster").glob("shard-*"))]
+    shard_states = [
+        json.loads((p / "cohort_state.json").read_text()) for p in sorted((multi / "cluster").glob("shard-*"))
+    ]
     overheads = []
     for t, st in zip(t_shards, shard_states):
         work = sum(r["seconds"] for per in st.values() for r in per.values())

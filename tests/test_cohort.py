@@ -91,7 +91,8 @@ def test_suspicious_code_spots_patched_machinery_only():
     assert verdict.suspicious_code("import numpy as np\nsetattr(np, 'allclose', f)")
     assert verdict.suspicious_code("get_ipython().showtraceback = None\n")
     assert verdict.suspicious_code("import sys\nsys.modules['torch'] = None")
-    honest = "def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
+    honest = ("def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n"
+              "    return e / e.sum(dim, keepdim=True)\n")
     assert verdict.suspicious_code(honest) == []
 
 

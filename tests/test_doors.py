@@ -111,7 +111,10 @@ def test_a_student_nbgrader_created_gets_a_readable_name(tmp_path):
         protect.FlagSubmission().preprocess(nb, {"nbgrader": {"db_url": db, "student": student,
                                                               "assignment": A, "notebook": A}})
     with Gradebook(db) as gb:
-        assert sorted((s.id, s.first_name, s.last_name) for s in gb.students) == [("ada", "", "ada"), ("ben", "Ben", "Okafor")]
+        assert sorted((s.id, s.first_name, s.last_name) for s in gb.students) == [
+            ("ada", "", "ada"),
+            ("ben", "Ben", "Okafor"),
+        ]
 
 
 def _config(kernel: str):
@@ -269,8 +272,11 @@ def test_every_door_gives_the_same_scores_and_flags(tmp_path):
     for door in ("grade", "cohort"):
         for student, got in doors[door].items():
             want = first[student]
-            assert (got["score"], got["flagged"], got["reasons"]) == (want["score"], want["flagged"], want["reasons"]), \
-                (door, student)
+            assert (got["score"], got["flagged"], got["reasons"]) == (
+                want["score"],
+                want["flagged"],
+                want["reasons"],
+            ), (door, student)
             assert got["status"] == ("flagged" if want["flagged"] else "ok"), (door, student)
 
 
@@ -289,5 +295,10 @@ if __name__ == "__main__":      # print the table for the README: python tests/t
     print("| door | " + " | ".join(students) + " |")
     print("|---|" + "---|" * len(students))
     for door, per in got.items():
-        print(f"| `{door}` | " + " | ".join(
-            f"{per[s]['score']:g}/{catalog_max():g}{', flagged' if per[s]['flagged'] else ''}" for s in students) + " |")
+        print(
+            f"| `{door}` | "
+            + " | ".join(
+                f"{per[s]['score']:g}/{catalog_max():g}{', flagged' if per[s]['flagged'] else ''}" for s in students
+            )
+            + " |"
+        )

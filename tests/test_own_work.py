@@ -23,7 +23,10 @@ from awb_grader.course import SOLUTIONS, assignments
 from awb_grader.hidden import _adapter as A
 from awb_grader.variants import solution_cells
 
-RO = ["import attention_workbook", "import torch\nimport torch.nn as nn\nfrom attention_workbook.checks import ex05 as checks"]
+RO = [
+    "import attention_workbook",
+    "import torch\nimport torch.nn as nn\nfrom attention_workbook.checks import ex05 as checks",
+]
 
 
 def _cells(assignment, overrides=None):
@@ -35,7 +38,11 @@ def _cells(assignment, overrides=None):
         meta = c.metadata.get("nbgrader", {})
         if c.cell_type != "code" or (meta.get("grade") and not meta.get("solution")):
             continue
-        src = (overrides or {}).get(meta.get("grade_id"), sol.get(meta.get("grade_id"))) if meta.get("solution") else c.source
+        src = (
+            (overrides or {}).get(meta.get("grade_id"), sol.get(meta.get("grade_id")))
+            if meta.get("solution")
+            else c.source
+        )
         every.append(src)
         if meta.get("solution"):
             mine.append(src)
@@ -67,31 +74,62 @@ def test_exercise_table_matches_the_notebook(assignment):
 
 
 FORMS = {
-    "subclass": ("MultiHeadAttention", "import attention_workbook.mha\n\n"
-                 "class MultiHeadAttention(attention_workbook.mha.MultiHeadAttention):\n    pass\n",
-                 "subclasses attention_workbook.mha.MultiHeadAttention"),
-    "alias": ("MultiHeadAttention", "from attention_workbook.mha import MultiHeadAttention as _R\n\n"
-              "class MultiHeadAttention(_R):\n    pass\n", "subclasses attention_workbook.mha.MultiHeadAttention"),
-    "wrapper": ("split_heads", "def split_heads(x, n_heads):\n    return attention_workbook.mha.split_heads(x, n_heads)\n",
-                "uses attention_workbook.mha.split_heads"),
-    "getattr": ("merge_heads", "import attention_workbook.mha as m\n\ndef merge_heads(x):\n"
-                "    return getattr(m, 'merge_heads')(x)\n", "uses attention_workbook.mha.merge_heads"),
-    "helper": ("split_heads", "def _h(x, n):\n    from attention_workbook import mha\n    return mha.split_heads(x, n)\n\n"
-               "def split_heads(x, n_heads):\n    return _h(x, n_heads)\n", "uses attention_workbook.mha.split_heads"),
-    "import_as_graded_name": ("mha_param_count", "from attention_workbook.mha import mha_param_count\n",
-                              "is attention_workbook.mha.mha_param_count"),
-    "importlib": ("merge_heads", "import importlib\n\ndef merge_heads(x):\n"
-                  "    return importlib.import_module('attention_workbook.mha').merge_heads(x)\n",
-                  "uses attention_workbook.mha.merge_heads"),
-    "sys_modules": ("split_heads", "import sys\n\ndef split_heads(x, n_heads):\n"
-                    "    return sys.modules['attention_workbook.mha'].split_heads(x, n_heads)\n",
-                    "uses attention_workbook.mha.split_heads"),
-    "dunder_import": ("mha_param_count", "def mha_param_count(d_model, bias=True):\n"
-                      "    return __import__('attention_workbook.mha', fromlist=['x']).mha_param_count(d_model, bias)\n",
-                      "uses attention_workbook.mha.mha_param_count"),
-    "attention_core": ("MultiHeadAttention", "class MultiHeadAttention(nn.Module):\n    def forward(self, x):\n"
-                       "        from attention_workbook.mha import attention\n        return attention(x, x, x)[0]\n",
-                       "uses attention_workbook.mha.attention"),
+    "subclass": (
+        "MultiHeadAttention",
+        "import attention_workbook.mha\n\n"
+        "class MultiHeadAttention(attention_workbook.mha.MultiHeadAttention):\n    pass\n",
+        "subclasses attention_workbook.mha.MultiHeadAttention",
+    ),
+    "alias": (
+        "MultiHeadAttention",
+        "from attention_workbook.mha import MultiHeadAttention as _R\n\nclass MultiHeadAttention(_R):\n    pass\n",
+        "subclasses attention_workbook.mha.MultiHeadAttention",
+    ),
+    "wrapper": (
+        "split_heads",
+        "def split_heads(x, n_heads):\n    return attention_workbook.mha.split_heads(x, n_heads)\n",
+        "uses attention_workbook.mha.split_heads",
+    ),
+    "getattr": (
+        "merge_heads",
+        "import attention_workbook.mha as m\n\ndef merge_heads(x):\n    return getattr(m, 'merge_heads')(x)\n",
+        "uses attention_workbook.mha.merge_heads",
+    ),
+    "helper": (
+        "split_heads",
+        "def _h(x, n):\n    from attention_workbook import mha\n    return mha.split_heads(x, n)\n\n"
+        "def split_heads(x, n_heads):\n    return _h(x, n_heads)\n",
+        "uses attention_workbook.mha.split_heads",
+    ),
+    "import_as_graded_name": (
+        "mha_param_count",
+        "from attention_workbook.mha import mha_param_count\n",
+        "is attention_workbook.mha.mha_param_count",
+    ),
+    "importlib": (
+        "merge_heads",
+        "import importlib\n\ndef merge_heads(x):\n"
+        "    return importlib.import_module('attention_workbook.mha').merge_heads(x)\n",
+        "uses attention_workbook.mha.merge_heads",
+    ),
+    "sys_modules": (
+        "split_heads",
+        "import sys\n\ndef split_heads(x, n_heads):\n"
+        "    return sys.modules['attention_workbook.mha'].split_heads(x, n_heads)\n",
+        "uses attention_workbook.mha.split_heads",
+    ),
+    "dunder_import": (
+        "mha_param_count",
+        "def mha_param_count(d_model, bias=True):\n"
+        "    return __import__('attention_workbook.mha', fromlist=['x']).mha_param_count(d_model, bias)\n",
+        "uses attention_workbook.mha.mha_param_count",
+    ),
+    "attention_core": (
+        "MultiHeadAttention",
+        "class MultiHeadAttention(nn.Module):\n    def forward(self, x):\n"
+        "        from attention_workbook.mha import attention\n        return attention(x, x, x)[0]\n",
+        "uses attention_workbook.mha.attention",
+    ),
 }
 
 
@@ -183,7 +221,9 @@ def test_visible_check_says_so_at_once():
 
     ns = {"__name__": "__main__"}
     exec(FORMS["subclass"][1], ns)
-    with pytest.raises(CheckFailed, match="workbook's reference `attention_workbook.mha.MultiHeadAttention`; write your own"):
+    with pytest.raises(
+        CheckFailed, match="workbook's reference `attention_workbook.mha.MultiHeadAttention`; write your own"
+    ):
         checks.mha_init(ns["MultiHeadAttention"])
 
 

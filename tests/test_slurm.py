@@ -270,8 +270,11 @@ def test_slurm_array_and_merge_equal_one_machine(slurm, tmp_path):
     assert shard_sets[0] and shard_sets[1] and not shard_sets[0] & shard_sets[1]
     assert len(_records(one)) == len(plan)
     _same(one, multi)
-    print(f"\nSlurm: {len(plan)} notebooks; one machine (2 workers) {t_one:.0f} s; "
-          f"array of 2 shards (both at once on the node's 2 CPUs) + merge job {t_slurm:.0f} s; merged course == one-machine course")
+    print(
+        f"\nSlurm: {len(plan)} notebooks; one machine (2 workers) {t_one:.0f} s; "
+        f"array of 2 shards (both at once on the node's 2 CPUs) + merge job {t_slurm:.0f} s; "
+        "merged course == one-machine course"
+    )
 
     # merging again changes nothing
     r = subprocess.run([sys.executable, "-m", "awb_grader", "merge", "--course", str(multi)], env=env,

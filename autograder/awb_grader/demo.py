@@ -51,8 +51,14 @@ def build_cohort(release_nb: Path, dest: Path) -> dict[str, Path]:
 
     write("ada", student_notebook(release_nb, ASSIGNMENT))                                   # all correct
     write("ben", student_notebook(release_nb, ASSIGNMENT, _alternative("einsum_and_loops")))  # correct, other way
-    write("chloe", student_notebook(release_nb, ASSIGNMENT,                                   # partial: no attention yet
-                                    unanswered=("scaled_dot_product_attention",)))
+    write(
+        "chloe",
+        student_notebook(
+            release_nb,
+            ASSIGNMENT,  # partial: no attention yet
+            unanswered=("scaled_dot_product_attention",),
+        ),
+    )
     write("dev", student_notebook(release_nb, ASSIGNMENT,                                     # two misconceptions
                                   {**_mistake("sdpa_no_scaling"), **_mistake("padding_mask_queries")}))
     write("emma", student_notebook(release_nb, ASSIGNMENT,

@@ -341,8 +341,9 @@ def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, 
               cpus: float | None = None, timeout: float = 900, keep=()) -> dict:
     """Run ``argv`` as root in a bubblewrap container built like a grading platform's: the
     host's system read-only, each ``binds`` target (``/autograder``, ``/grade``) a writable host
-    folder, a private ``/tmp`` (``keep``: host folders under /tmp bound read-only). Where this machine lets us make cgroups (v1), the run gets
-    ``memory_mb`` of memory and ``cpus`` CPUs, as the platform's container would.
+    folder, a private ``/tmp`` (``keep``: host folders under /tmp bound read-only). Where this
+    machine lets us make cgroups (v1), the run gets ``memory_mb`` of memory and ``cpus`` CPUs, as
+    the platform's container would.
 
     Returns {rc, seconds, stdout, peak_pss_mb (sampled every 0.2 s over the whole process tree,
     shared pages counted once), cgroup_peak_mb (the cgroup's peak, page cache included; None

@@ -25,7 +25,9 @@ class LimitOutputBytes(LimitOutput):
                 if budget <= 0:
                     continue
                 if len(out.text) > budget:
-                    out.text = out.text[:budget] + f"\n... output truncated by the grader (over {self.max_bytes} bytes) ...\n"
+                    out.text = (
+                        out.text[:budget] + f"\n... output truncated by the grader (over {self.max_bytes} bytes) ...\n"
+                    )
                 budget -= len(out.text)
             elif out.output_type in ("display_data", "execute_result"):
                 data = out.get("data", {})

@@ -78,7 +78,9 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     # this worker's own socket folder, runtime folder and sandbox uid
-    extra.update(sandbox.worker_environment(k, shard / "runtime", Path(spec.sockets) / f"w{k}" if spec.sockets else None))
+    extra.update(
+        sandbox.worker_environment(k, shard / "runtime", Path(spec.sockets) / f"w{k}" if spec.sockets else None)
+    )
     if not spec.verdict:
         extra["OutsideVerdict.recheck"] = False
     _W.update(k=k, spec=spec, course=Course(shard, release_dir=spec.release_dir, timeout=spec.timeout, extra=extra))

@@ -73,7 +73,9 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
         ins: Inspection = inspect_notebook(nb_path, release_nb, course.root / "originals" / student / assignment)
         row.status, row.reasons = ins.status, list(ins.reasons)
         if max_scores is None:
-            max_scores = course.max_scores(assignment) if (course.root / "gradebook.db").exists() or course.db_url else None
+            max_scores = (
+                course.max_scores(assignment) if (course.root / "gradebook.db").exists() or course.db_url else None
+            )
         if ins.status == UNGRADABLE:
             _forget_old_grade(course, assignment, student)
             try:        # formgrader shows it flagged, with the reason (formgrader_view.py)

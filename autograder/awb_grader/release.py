@@ -38,14 +38,18 @@ def diff(names: list[str] | None = None) -> list[str]:
         for name in names:
             new_files = {p.relative_to(fresh / name) for p in (fresh / name).rglob("*") if p.is_file()}
             old_dir = EXERCISES / name
-            old_files = {p.relative_to(old_dir) for p in old_dir.rglob("*") if p.is_file()} if old_dir.exists() else set()
+            old_files = (
+                {p.relative_to(old_dir) for p in old_dir.rglob("*") if p.is_file()} if old_dir.exists() else set()
+            )
             for rel in sorted(new_files - old_files):
                 problems.append(f"exercises/{name}/{rel} is missing (run `make release`)")
             for rel in sorted(old_files - new_files):
                 problems.append(f"exercises/{name}/{rel} is not produced by the release (stale file?)")
             for rel in sorted(new_files & old_files):
                 a, b = fresh / name / rel, old_dir / rel
-                same = (_normalised(a) == _normalised(b)) if rel.suffix == ".ipynb" else a.read_bytes() == b.read_bytes()
+                same = (
+                    (_normalised(a) == _normalised(b)) if rel.suffix == ".ipynb" else a.read_bytes() == b.read_bytes()
+                )
                 if not same:
                     problems.append(f"exercises/{name}/{rel} differs from solutions/{name} (run `make release`)")
     from . import graded_facts

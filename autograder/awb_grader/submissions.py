@@ -140,11 +140,15 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
             changed = True
             ins.note(REPAIRED, f"nbgrader metadata was missing on {len(restored)} cell(s); "
                                f"restored by matching them to the release")
-        lost_answers = [g for g in unmatched if _meta(next(c for c in rel_cells if _meta(c)["grade_id"] == g)).get("solution")]
+        lost_answers = [
+            g for g in unmatched if _meta(next(c for c in rel_cells if _meta(c)["grade_id"] == g)).get("solution")
+        ]
         lost_tests = [g for g in unmatched if g not in lost_answers and
                       _meta(next(c for c in rel_cells if _meta(c)["grade_id"] == g)).get("grade")]
         if lost_answers:
-            ins.note(FLAGGED, f"answer cell(s) not found: {', '.join(lost_answers)} (graded as unanswered; check by hand)")
+            ins.note(
+                FLAGGED, f"answer cell(s) not found: {', '.join(lost_answers)} (graded as unanswered; check by hand)"
+            )
         if lost_tests:
             ins.note(REPAIRED, f"test cell(s) deleted: {', '.join(lost_tests)} (nbgrader adds them back when grading)")
 
@@ -168,15 +172,23 @@ def _restore_metadata(nb, rel_cells, missing: list[str]) -> tuple[list[str], lis
         if _meta(rel).get("solution"):
             want = _defined_names(rel.source)
             if want:
-                match = next((c for c in free if c.cell_type == rel.cell_type and want <= _defined_names(c.source)), None)
+                match = next(
+                    (c for c in free if c.cell_type == rel.cell_type and want <= _defined_names(c.source)), None
+                )
             if match is None and not want:  # an answer cell that defines nothing: match by its text
-                match = next((c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None)
+                match = next(
+                    (c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None
+                )
         else:
-            match = next((c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None)
+            match = next(
+                (c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None
+            )
             if match is None and _meta(rel).get("grade"):
                 # a test cell whose text changed: match on its first line (the visible check call)
                 first = _norm(rel.source).splitlines()[:1]
-                match = next((c for c in free if c.cell_type == "code" and _norm(c.source).splitlines()[:1] == first), None)
+                match = next(
+                    (c for c in free if c.cell_type == "code" and _norm(c.source).splitlines()[:1] == first), None
+                )
         if match is None:
             unmatched.append(gid)
             continue

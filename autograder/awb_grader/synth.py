@@ -76,7 +76,7 @@ def make_cohort(dest_zip: Path, release_root: Path, assignments: list[str], n_st
 # -- the adversarial cohort (tests/test_adversarial.py) ----------------------------------------
 ADV_ASSIGNMENT = "04_queries_keys_values"
 
-_PATCHER = '''
+_PATCHER = """
 # --- tampering: make every check pass whatever the code does ---
 import sys, numpy
 import torch, torch.testing
@@ -96,10 +96,13 @@ except ImportError:
     pass
 for _m in _mods:
     for _f in dir(_m):
-        if not _f.startswith("_") and callable(getattr(_m, _f)) and getattr(getattr(_m, _f), "__module__", "") == _m.__name__:
+        if _f.startswith("_"):
+            continue
+        _o = getattr(_m, _f)
+        if callable(_o) and getattr(_o, "__module__", "") == _m.__name__:
             setattr(_m, _f, lambda *a, **k: None)
 get_ipython().showtraceback = lambda *a, **k: None
-'''
+"""
 
 
 SANDBOX_ONLY = ("forker", "reader", "writer", "writer2", "netty")
@@ -174,7 +177,8 @@ for _ in range(400):
         if gid.startswith("test_"):
             c.source = "print('all good')"
         elif gid.startswith("ro-") and "import" in c.source and "checks" in c.source:
-            c.source = "import math\nimport torch\nclass checks:\n    def __getattr__(self, n):\n        return lambda *a: None\nchecks = checks()\n"
+            c.source = ("import math\nimport torch\nclass checks:\n    def __getattr__(self, n):\n"
+                        "        return lambda *a: None\nchecks = checks()\n")
     put("edwin", "edited locked cells (tests and setup)", edited, "mistake:causal_mask_upper")
     m = mk["softmax_wrong_axis"]
     put("patch", "patched checking machinery", nb({m.cell: m.source + _PATCHER}), "tamper:softmax_wrong_axis")
@@ -187,7 +191,7 @@ for _c in _sol["cells"]:
         exec("".join(_c["source"]))
 '''
     put("reader", "reads solutions/", nb({"softmax": reader}), "flag:files")
-    put("writer", "writes the gradebook and outside its folder", nb({"causal_mask": sol["causal_mask"] + f'''
+    put("writer", "writes the gradebook and outside its folder", nb({"causal_mask": sol["causal_mask"] + '''
 import sqlite3
 _db = sqlite3.connect("../../../gradebook.db")
 _db.execute("UPDATE grade SET manual_score = 99")

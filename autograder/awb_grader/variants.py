@@ -9,7 +9,6 @@ catalog tests, the alternatives tests and the demo cohort all go through here.
 from __future__ import annotations
 
 import contextlib
-import copy
 import re
 import tempfile
 from dataclasses import dataclass

@@ -137,7 +137,9 @@ def obfuscation(source: str) -> list[str]:
                 root = ast.unparse(node.args[0]).split(".")[0]
                 if root in MACHINERY or root in ("importlib", "builtins", "__builtins__"):
                     add(node, f"getattr with a computed name on {ast.unparse(node.args[0])[:60]}")
-            if fn == "chr" or (last == "join" and any(isinstance(n, ast.Name) and n.id == "chr" for n in ast.walk(node))):
+            if fn == "chr" or (
+                last == "join" and any(isinstance(n, ast.Name) and n.id == "chr" for n in ast.walk(node))
+            ):
                 add(node, "builds a string from character codes (chr)")
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
             add(node, f"uses {node.id}")
@@ -312,7 +314,9 @@ class Replay:
         """The last line the replay process wrote on stderr (': ModuleNotFoundError: ...'), if any."""
         try:
             self._stderr.seek(0)
-            lines = [ln.strip() for ln in self._stderr.read()[-4000:].decode(errors="replace").splitlines() if ln.strip()]
+            lines = [
+                ln.strip() for ln in self._stderr.read()[-4000:].decode(errors="replace").splitlines() if ln.strip()
+            ]
         except (OSError, ValueError):
             return ""
         return f": {lines[-1][:160]}" if lines else ""
