@@ -31,11 +31,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_browser import CHROMIUM, browser, jupyterlab, playwright_api  # noqa: F401 (fixture)
+import test_browser
+from test_browser import jupyterlab, playwright_api
 from test_doors import A, _run, door_cases
 
 from awb_grader import protect, sandbox
 from awb_grader.formgrader_view import UNGRADABLE_TITLE
+
+browser = test_browser.browser  # the module-scoped Chromium fixture, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.sandbox, pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(not sandbox.bwrap_works(),
