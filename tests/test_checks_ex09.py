@@ -20,8 +20,12 @@ CELLS = {cell: (args[0], check) for cell, _points, check, args in graded.TESTS[A
 def test_package_reference_passes_visible(cell):
     """The checks accept attention_workbook.inference's versions (when told to trust them)."""
     answer, fn = CELLS[cell]
+    reference = getattr(inference, answer)
+    if answer == "tiled_attention":       # the lecture's defaults to block=64; the exercise's signature says 16
+        def reference(q, k, v, mask=None, block=16):
+            return inference.tiled_attention(q, k, v, mask, block)
     with own.trusting():
-        getattr(checks, fn)(getattr(inference, answer))
+        getattr(checks, fn)(reference)
 
 
 def test_visible_check_names_the_reference_a_submission_uses():

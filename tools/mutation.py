@@ -83,10 +83,13 @@ def split(text: str) -> dict[str, str]:
     return cells
 
 
-def check(assignment: str, path: Path, verbose: bool = False, part: str = "visible") -> int:
+def check(assignment: str, path: Path, verbose: bool = False, part: str = "visible", first: bool = False,
+          prefer: str | None = None) -> int:
     """0 when every visible check and every battery item passes with the answers in ``path``
     (``part="hidden"``: the test cells' hidden blocks instead, in this process, no battery;
-    ``"both"``: whole test cells as nbgrader runs them, and the battery)."""
+    ``"both"``: whole test cells as nbgrader runs them, and the battery). ``first``: stop at the first
+    failure (the verdict is the same; ``run`` uses it, a killed mutant then costs one failing check);
+    ``prefer``: an answer cell whose test cells run first."""
     for p in (REPO / "autograder", REPO):
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
@@ -112,17 +115,22 @@ def check(assignment: str, path: Path, verbose: bool = False, part: str = "visib
                     exec(compile(answers.get(gid, src) if kind == "answer" else src, f"<cell {gid}>", "exec"), ns)  # noqa: S102
                 except Exception as e:  # noqa: BLE001 - a mutant may break its cell: its checks then fail
                     failures.append(f"cell {gid}: {type(e).__name__}: {e}")
+            owner, own = None, []                   # the test cells that follow answer cell `prefer`
             for kind, gid, src in cells:
+                owner = gid if kind == "answer" else owner
+                own += [(kind, gid, src)] if kind == "test" and owner == prefer else []
+            for kind, gid, src in own + [c for c in cells if c not in own]:
+                if first and failures:
+                    break
                 if kind == "test":
                     try:
-                        code = {"visible": src.split(_HIDDEN)[0], "both": src}.get(part) or \
-                            "from awb_grader.hidden import _base\n" + src.split(_HIDDEN)[-1]
+                        code = {"visible": src.split(_HIDDEN)[0], "both": src}.get(part) or src.split(_HIDDEN)[-1]
                         exec(compile(code, f"<test {gid}>", "exec"), ns)  # noqa: S102
                     except CheckFailed as e:
                         failures.append(f"{gid}: {e.title}")
                     except Exception as e:  # noqa: BLE001
                         failures.append(f"{gid}: {type(e).__name__}: {e}")
-            if part != "hidden":
+            if part != "hidden" and not (first and failures):
                 report = battery.run(assignment, ns, progress=False)
                 failures += [f"battery {r.cell}: {r.verdict.splitlines()[0]}" for r in report.rows if not r.earned]
     finally:
@@ -132,10 +140,11 @@ def check(assignment: str, path: Path, verbose: bool = False, part: str = "visib
     return 1 if failures else 0
 
 
-def run(assignment: str, out: Path | None = None, timeout: int = 120) -> tuple[int, list]:
+def run(assignment: str, out: Path | None = None, timeout: int = 120, start: int = 1) -> tuple[int, list]:
     """Every mutant mutmut's operators make of the answer cells, checked in this process (torch and
     the checks are imported once; a mutant that hangs is stopped by an alarm after ``timeout`` s).
-    Returns (number of mutants, [(mutant id, cell, diff line) of each survivor])."""
+    Returns (number of mutants, [(mutant id, cell, diff line) of each survivor]); ``start``: skip the
+    mutants before that number (to resume a run; the score line then counts only those checked)."""
     import difflib
     import signal
     import tempfile
@@ -157,27 +166,31 @@ def run(assignment: str, out: Path | None = None, timeout: int = 120) -> tuple[i
             raise TimeoutError("mutant timed out")
 
         signal.signal(signal.SIGALRM, _alarm)
+        before = split(source)
         for n, mid in enumerate(ids, 1):
+            if n < start:
+                continue
             ctx = Context(source=source, mutation_id=mid, filename=str(src_path))
             mutated, _ = mutate(ctx)
             src_path.write_text(mutated)
+            after = split(mutated)
+            cell = next((c for c in before if before[c] != after.get(c)), None)
             signal.alarm(timeout)
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    killed = check(assignment, src_path) != 0
+                    killed = check(assignment, src_path, first=True, prefer=cell) != 0
             except TimeoutError:
                 killed = True
             finally:
                 signal.alarm(0)
             if not killed:
-                before, after = split(source), split(mutated)
-                cell = next(c for c in before if before[c] != after.get(c))
                 diff = [d for d in difflib.unified_diff(before[cell].splitlines(), after[cell].splitlines(), lineterm="", n=0)
                         if d[:1] in "+-" and not d.startswith(("+++", "---"))]
                 survivors.append((n, cell, diff))
             print(f"[{n}/{len(ids)}] {'killed' if killed else 'SURVIVED'}", file=sys.stderr, flush=True)
-    lines = [f"{assignment}: {len(ids) - len(survivors)}/{len(ids)} mutants killed "
-             f"({100 * (len(ids) - len(survivors)) / max(len(ids), 1):.1f}%)"]
+    total = len(ids) - (start - 1)
+    lines = [f"{assignment}: {total - len(survivors)}/{total} mutants killed ({100 * (total - len(survivors)) / max(total, 1):.1f}%)"
+             + (f", mutants {start}-{len(ids)}" if start > 1 else "")]
     for n, cell, diff in survivors:
         lines.append(f"  mutant {n} in {cell}: " + " | ".join(diff))
     text = "\n".join(lines)
@@ -204,9 +217,10 @@ def main(argv=None) -> int:
     r.add_argument("assignment")
     r.add_argument("--out", type=Path)
     r.add_argument("--timeout", type=int, default=120)
+    r.add_argument("--start", type=int, default=1, help="resume: skip the mutants before this number")
     a = ap.parse_args(argv)
     if a.cmd == "run":
-        run(a.assignment, a.out, a.timeout)
+        run(a.assignment, a.out, a.timeout, a.start)
         return 0
     if a.cmd == "extract":
         extract(a.assignment, a.out)

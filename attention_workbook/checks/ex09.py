@@ -143,7 +143,7 @@ class Watch(TorchDispatchMode):
 
     def __init__(self, block: int, x: torch.Tensor | None = None):
         super().__init__()
-        self.block, self.largest, self.wide, self.reads = int(block), [0, []], [], []
+        self.block, self.largest, self.wide, self.reads, self.widest = int(block), [0, []], [], [], 0
         self.x = None if x is None else x.detach().contiguous().clone()
 
     def _is_x(self, t) -> bool:
@@ -178,6 +178,7 @@ class Watch(TorchDispatchMode):
             dim = kwargs.get("dim", args[names.index("dim")] if "dim" in names and names.index("dim") < len(args) else None)
             dims = range(a.dim()) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
             sizes = [a.shape[d] for d in dims] if a.dim() else [1]
+            self.widest = max([self.widest, *sizes])
             if sizes and max(sizes) > self.block:
                 self.wide.append([name, list(a.shape)])
         metadata_only = name.startswith("new_") or name.endswith("_like")          # x.new_zeros, zeros_like
@@ -197,7 +198,8 @@ class Watch(TorchDispatchMode):
         return min(after(1, 0), after(0, 1))
 
     def report(self) -> dict:
-        return {"largest": list(self.largest), "wide": list(self.wide), "extra_sweeps": self.extra_sweeps()}
+        return {"largest": list(self.largest), "wide": list(self.wide), "extra_sweeps": self.extra_sweeps(),
+                "widest": self.widest}
 
     def __call__(self, command: str):
         """start / stop across calls (the replay process); stop returns the report."""
@@ -216,9 +218,10 @@ def _dedupe(want: torch.Tensor, variants: dict[str, torch.Tensor]) -> dict[str, 
 # ----------------------------------------------------------------------------------------
 # online_softmax
 # ----------------------------------------------------------------------------------------
-def _online(fn, x, block):
+def _online(fn, x, block):                         # block None: left at its default
     with forbid(online_builtins(), NO_SOFTMAX):
-        out = call(fn, x.clone(), block, name="online_softmax", reread=SEC_ONLINE)
+        out = call(fn, *((x.clone(),) if block is None else (x.clone(), block)), name="online_softmax",
+                   reread=SEC_ONLINE)
     return expect_tensor(out, "online_softmax", SEC_ONLINE)
 
 
@@ -264,6 +267,7 @@ def online_softmax_values(online_softmax) -> None:
     _online_case(online_softmax, x2, 4, "x (4, 8), larger values in the second block")
     _online_case(online_softmax, torch.randn(2, 3, 10, generator=g) * 2, 5, "x (2, 3, 10)")
     online_one_pass(online_softmax, torch.randn(3, 14, generator=g) * 2, 4)
+    online_one_pass(online_softmax, torch.randn(3, 14, generator=g) * 2, 4, default=True)
     passed("online_softmax: equal to the softmax, with the running sum rescaled as the maximum rises, in one pass")
 
 
@@ -273,13 +277,18 @@ ONE_PASS = ("one pass: update the running maximum m and the running sum l in the
             "second loop over the blocks is the two-pass softmax")
 
 
-def online_one_pass(online_softmax, x, block) -> None:
+def online_one_pass(online_softmax, x, block, default=False) -> None:
     """The statistics come from one sweep over the blocks: no reduction wider than a block, and x read by
-    one sweep plus the final exp(x - m) / l (a dispatch mode watches every tensor operation)."""
+    one sweep plus the final exp(x - m) / l (a dispatch mode watches every tensor operation). ``default``:
+    called without a block argument, whose default (``block``) must be the width it reads."""
     watch = Watch(block, x)
     with watch:
-        _online(online_softmax, x, block)
-    r, what = watch.report(), f"online_softmax(x {tuple(x.shape)}, block={block})"
+        _online(online_softmax, x, None if default else block)
+    r = watch.report()
+    what = f"online_softmax(x {tuple(x.shape)}{'' if default else f', block={block}'})"
+    if default and r["widest"] != block:          # (a two-pass softmax failed the call with a block before)
+        raise CheckFailed(f"{what} without a block argument reads blocks of {r['widest']} entries", reread=SEC_ONLINE,
+                          hint=f"block={block} is the default the signature gives: leave it as it is")
     if r["wide"]:
         op, shape = r["wide"][0]
         raise CheckFailed(f"{what} takes a {op} over more than one block at once (of a {tuple(shape)} tensor): "
@@ -346,6 +355,7 @@ def tiled_attention_values(tiled_attention) -> None:
     _tiled(tiled_attention, q, k, v, None, 3, "q (2, 3, 7, 16), k (2, 3, 10, 16), v (2, 3, 10, 8)")
     _tiled(tiled_attention, q, k, v, None, 32, "q (2, 3, 7, 16), k and v with Tk = 10 < block")
     tiled_memory(tiled_attention, r(2, 24, 4), r(2, 96, 4), r(2, 96, 4), 8)
+    tiled_memory(tiled_attention, r(24, 4), r(40, 4), r(40, 4), 16, default=True)
     passed("tiled_attention: equal to SDPA for 0-2 leading axes, Tq != Tk, d != dv, partial tiles and block > Tk; "
            "no (Tq, Tk) score matrix built")
 
@@ -355,16 +365,20 @@ NO_FULL = ("tile by tile: the scores of one tile are (..., Tq, block); never bui
            "the running m, l and acc carry everything from one tile to the next")
 
 
-def tiled_memory(tiled_attention, q, k, v, block) -> None:
+def tiled_memory(tiled_attention, q, k, v, block, default=False) -> None:
     """No tensor of half the (..., Tq, Tk) score matrix or more is created, and no reduction spans more than
-    a block (a dispatch mode watches every tensor operation); d <= block here."""
+    a block (a dispatch mode watches every tensor operation); d <= block here. ``default``: called without
+    a block argument, whose default (``block``) must be the width of its tiles."""
     _tiled(tiled_attention, q, k, v, None, block, f"q {tuple(q.shape)}, k {tuple(k.shape)}")
     watch = Watch(block)
     with watch, forbid(tiled_builtins(), NO_SDPA):
-        call(tiled_attention, q, k, v, block=block, name="tiled_attention", reread=SEC_ONLINE)
+        call(tiled_attention, q, k, v, name="tiled_attention", reread=SEC_ONLINE, **({} if default else {"block": block}))
     r = watch.report()
     full = (*q.shape[:-1], k.size(-2))
-    what = f"tiled_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, block={block})"
+    what = f"tiled_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}{'' if default else f', block={block}'})"
+    if default and r["widest"] != block:          # (a whole score matrix failed the call with a block before)
+        raise CheckFailed(f"{what} without a block argument works on tiles of {r['widest']} keys", reread=SEC_ONLINE,
+                          hint=f"block={block} is the default the signature gives: leave it as it is")
     if r["largest"][0] * 2 >= math.prod(full):
         raise CheckFailed(f"{what} creates a tensor of {r['largest'][0]} numbers ({tuple(r['largest'][1])}): as "
                           f"large as the whole score matrix {full} or half of it", reread=SEC_ONLINE, hint=NO_FULL)

@@ -410,3 +410,20 @@ MISTAKES += [
                                            "scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))[..., s:s + block]")),
         must_fail=("test_tiled_attention_values",), hint="never build the whole", label="whole score matrix built"),
 ]
+
+# surviving mutants of the solution (tools/mutation.py, issue 24): the signatures' default blocks
+MISTAKES += [
+    Mistake(
+        id="online_default_block_5", cell="online_softmax",
+        description="block=5 as the default: right values whatever the block, but not the block the signature gives",
+        source=edit(A, "online_softmax", ("block: int = 4)", "block: int = 5)")),
+        must_fail=("test_online_softmax_values",), hint="is the default the signature gives",
+        label="default block 5"),
+    Mistake(
+        id="tiled_default_block_17", cell="tiled_attention",
+        description="block=17 as the default: right values whatever the block, tiles one key wider than the "
+                    "signature says",
+        source=edit(A, "tiled_attention", ("block: int = 16)", "block: int = 17)")),
+        must_fail=("test_tiled_attention_values",), hint="is the default the signature gives",
+        label="default block 17"),
+]

@@ -49,6 +49,8 @@ def online_softmax_values(online_softmax) -> None:
     block = randint(g, 2, 5)
     x = torch.randn(*_lead(g), block * randint(g, 3, 5) + randint(g, 1, block - 1), generator=g) * 2
     _one_pass(online_softmax, x, block, f"x {tuple(x.shape)}, block {block}")
+    x = torch.randn(*_lead(g), 4 * randint(g, 3, 5) + randint(g, 1, 3), generator=g)
+    _one_pass(online_softmax, x, 4, f"x {tuple(x.shape)}, block left at its default (4)", default=True)
 
 
 def _watched(block, x, call_it):
@@ -62,11 +64,14 @@ def _watched(block, x, call_it):
     return report
 
 
-def _one_pass(fn, x, block, case):
+def _one_pass(fn, x, block, case, default=False):
     def run():
         with A.forbid(online_builtins(), NO_SOFTMAX):
-            call(fn, x.clone(), block, name="online_softmax")
+            call(fn, *((x.clone(),) if default else (x.clone(), block)), name="online_softmax")
     r = _watched(block, x, run)
+    if default and r["widest"] != block:
+        raise CheckFailed("hidden test: online_softmax(x) without a block argument does not read blocks of the "
+                          "default size 4", details=[f"case: {case}: widest reduction {r['widest']}"])
     if r["wide"] or r["extra_sweeps"] > 1:
         raise CheckFailed("hidden test: online_softmax is not one pass (a reduction over more than a block, or x "
                           "read in more than one sweep before the final exp(x - m) / l)",
@@ -135,6 +140,17 @@ def tiled_attention_values(tiled_attention) -> None:
         raise CheckFailed("hidden test: tiled_attention builds (half) the whole (..., Tq, Tk) score matrix, or reduces "
                           "over more than block keys at once", details=[f"case: {case}: largest tensor "
                                                                         f"{tuple(r['largest'][1])}, wide {r['wide'][:1]}"])
+    Tk = 16 * randint(g, 2, 3) + randint(g, 1, 15)          # the default block=16: tiles of 16 keys
+    q, k, v = torch.randn(Tq, d, generator=g), torch.randn(Tk, d, generator=g), torch.randn(Tk, dv, generator=g)
+
+    def run_default():
+        with A.forbid(tiled_builtins(), NO_SDPA):
+            call(tiled_attention, q, k, v, name="tiled_attention")
+    r = _watched(16, None, run_default)
+    if r["widest"] != 16:
+        raise CheckFailed("hidden test: tiled_attention(q, k, v) without a block argument does not work on tiles of "
+                          "the default 16 keys", details=[f"case: q {tuple(q.shape)}, k {tuple(k.shape)}: widest "
+                                                          f"reduction {r['widest']}"])
 
 
 def tiled_attention_mask(tiled_attention) -> None:
