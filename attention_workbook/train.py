@@ -62,7 +62,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--device", default=None, help="cpu / cuda / mps (default: picked automatically)")
     ap.add_argument("--backend", default=None, help="process-group backend (default nccl on GPUs, gloo on CPUs)")
     ap.add_argument("--no-resume", action="store_true", help="start from scratch even if OUT/ckpt.pt exists")
-    ap.add_argument("--data", default=None, help="path to tiny-shakespeare (else $AWB_TINYSHAKESPEARE, cache, download)")
+    ap.add_argument(
+        "--data", default=None, help="path to tiny-shakespeare (else $AWB_TINYSHAKESPEARE, cache, download)"
+    )
     ap.add_argument("--sample", type=int, default=300, help="characters to generate at the end (0: none)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)

@@ -195,7 +195,9 @@ def main(argv=None) -> list[dict]:
             row["ratio_val"] = round(row["preset"]["val"] / row["nanogpt"]["val"], 4)
             row["ratio_wall"] = round(row["preset"]["wall_seconds"] / row["nanogpt"]["wall_seconds"], 3)
             results.append(row)
-    print("\n| pair | nanoGPT wall s | nanoGPT val | preset wall s | preset steps | preset val | val ratio | wall ratio |")
+    print(
+        "\n| pair | nanoGPT wall s | nanoGPT val | preset wall s | preset steps | preset val | val ratio | wall ratio |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i, r in enumerate(results):
         print(f"| {i} | {r['nanogpt']['wall_seconds']} | {r['nanogpt']['val']:.4f} | {r['preset']['wall_seconds']} | "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -122,16 +121,31 @@ def run_one(label: str, preset: str, overrides: dict, ds, device: str, out: Path
     peak = devices.gpu_peak_tflops(name) if device.startswith("cuda") else None
     achieved = devices.flops_per_token(model) * tok_s / 1e12
     first = next(((s, t, v) for s, t, v in curve if v <= TARGET), None)
-    res = {"label": label, "preset": preset, "overrides": overrides, "params": model.num_params(),
-           "steps": hist["last_step"], "train_seconds": round(hist["train_seconds"], 2),
-           "compile_seconds": round(hist.get("compile_seconds", 0.0), 1), "eval_seconds": round(hist["eval_seconds"], 1),
-           "wall_seconds": round(wall, 1), "tokens_per_s": round(tok_s), "model_tflops": round(achieved, 1),
-           "mfu": round(achieved / peak, 4) if peak else None, "peak_tflops_assumed": peak,
-           "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device.startswith("cuda") else None,
-           "precision": str(dtype or torch.float32).replace("torch.", "") + (" + GradScaler" if dtype == torch.float16 else ""),
-           "attention_kernels": kernels, "final_val": curve[-1][2] if curve else None,
-           "first_at_or_below_target": {"target": TARGET, "step": first[0], "seconds": first[1], "val": first[2]}
-           if first else None, "curve": curve, "config": cfg.to_dict()}
+    res = {
+        "label": label,
+        "preset": preset,
+        "overrides": overrides,
+        "params": model.num_params(),
+        "steps": hist["last_step"],
+        "train_seconds": round(hist["train_seconds"], 2),
+        "compile_seconds": round(hist.get("compile_seconds", 0.0), 1),
+        "eval_seconds": round(hist["eval_seconds"], 1),
+        "wall_seconds": round(wall, 1),
+        "tokens_per_s": round(tok_s),
+        "model_tflops": round(achieved, 1),
+        "mfu": round(achieved / peak, 4) if peak else None,
+        "peak_tflops_assumed": peak,
+        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device.startswith("cuda") else None,
+        "precision": str(dtype or torch.float32).replace("torch.", "")
+        + (" + GradScaler" if dtype == torch.float16 else ""),
+        "attention_kernels": kernels,
+        "final_val": curve[-1][2] if curve else None,
+        "first_at_or_below_target": {"target": TARGET, "step": first[0], "seconds": first[1], "val": first[2]}
+        if first
+        else None,
+        "curve": curve,
+        "config": cfg.to_dict(),
+    }
     print(f"   -> {res['steps']} steps, {res['train_seconds']} s training (+{res['compile_seconds']} s compile, "
           f"+{res['eval_seconds']} s evaluation), {res['tokens_per_s']:,} tokens/s, {res['model_tflops']} TFLOP/s"
           + (f" = {100 * res['mfu']:.1f}% MFU of {peak:g}" if peak else "")
@@ -141,7 +155,7 @@ def run_one(label: str, preset: str, overrides: dict, ds, device: str, out: Path
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"gpu_{label}.json").write_text(json.dumps(res, indent=1))
-    del model
+    model = None                                           # free the GPU memory before the next run
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return res

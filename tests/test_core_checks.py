@@ -204,10 +204,14 @@ def test_a_failing_check_in_a_kernel_shows_the_box_then_the_links_once():
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from attention_workbook.checks import ex04\n"
-                                          "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim=0, keepdim=True)"),
-                nbformat.v4.new_code_cell("ex04.softmax_values(softmax)"),
-                nbformat.v4.new_code_cell("print('next')")]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "from attention_workbook.checks import ex04\n"
+            "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim=0, keepdim=True)"
+        ),
+        nbformat.v4.new_code_cell("ex04.softmax_values(softmax)"),
+        nbformat.v4.new_code_cell("print('next')"),
+    ]
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
     outs = nb.cells[1].outputs
     assert [o.output_type for o in outs] == ["error", "display_data"], outs

@@ -39,7 +39,11 @@ def reread_html(reread: str, on_colab: bool = False) -> str | None:
         return None
     out = lambda key, text: (f'<a href="{html.escape(links[key])}" target="_blank" rel="noopener">'
                              f"{html.escape(text)}</a>")
-    main = out("colab", links["label"]) if on_colab else f'<a href="{html.escape(links["local"])}">{html.escape(links["label"])}</a>'
+    main = (
+        out("colab", links["label"])
+        if on_colab
+        else f'<a href="{html.escape(links["local"])}">{html.escape(links["label"])}</a>'
+    )
     return (f'<div style="margin: 0.2em 0 0.4em 0"><b>Reread:</b> {main} '
             f'<span style="opacity: 0.75">({out("github", "on GitHub")}, {out("colab", "on Colab")})</span></div>')
 
