@@ -10,12 +10,13 @@ STAMP  := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)/autograder$(if $(PYTHONPATH),:$(PYTHONPATH))
 export MPLBACKEND := Agg
 
-.PHONY: help venv demo test test-fast lab release check-release links bench cohort adversarial bench-cohort clean
+.PHONY: help venv demo lint test test-fast lab release check-release links bench cohort adversarial bench-cohort clean
 
 help:
 	@echo "make demo           grade the demo cohort end to end (nbgrader) and print the table"
-	@echo "make test           the whole test suite (what CI runs)"
-	@echo "make test-fast      only the tests that start no notebook kernel"
+	@echo "make lint           ruff over the code and the notebooks (part of test and test-fast)"
+	@echo "make test           the linter, then the whole test suite (what CI runs)"
+	@echo "make test-fast      the linter, then only the tests that start no notebook kernel"
 	@echo "make lab            JupyterLab on the lectures and exercises"
 	@echo "make release        regenerate exercises/ from solutions/ (nbgrader generate_assignment) and checks/graded.py"
 	@echo "make check-release  are exercises/ and checks/graded.py in sync with solutions/?"
@@ -42,10 +43,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m awb_grader demo
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lab: $(STAMP)
@@ -58,7 +62,7 @@ check-release: $(STAMP)
 	$(BIN)/python -m awb_grader release --check
 
 links: $(STAMP)
-	$(BIN)/python tools/nbsrc.py sync-links
+	$(BIN)/python tools/nbcells.py sync
 	$(BIN)/python -m awb_grader release
 
 bench: $(STAMP)

@@ -22,7 +22,7 @@ def reread_links(reread: str) -> dict[str, str] | None:
     url, release = config.repository()
     path, anchor = m["path"], m["anchor"]
     fragment = f"#{anchor}" if anchor else ""
-    # the lecture cell that holds the anchor is named after it (tools/nbsrc.py, `make links`):
+    # the lecture cell that holds the anchor is named after it (tools/nbcells.py, `make links`):
     # JupyterLab scrolls to it by cell id, Colab by its metadata id
     return {"label": m["label"], "local": f"../../{path}" + (f"#cell-id={anchor}" if anchor else ""),
             "github": f"{url}/blob/{release}/{path}{fragment}",
