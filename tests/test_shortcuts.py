@@ -56,8 +56,17 @@ def graded(tmp_path_factory):
             st = _student(f"alt-{alt.id}")
             nbformat.write(student_notebook(release, a, dict(alt.cells)), inbox / f"{st}_{a}.ipynb")
             honest[(a, st)] = alt.description
-    res = cohort.run_cohort(inbox, tmp / "course", EXERCISE_IDS, workers=2, timeout=60, feedback=False, unprotected=not BWRAP,
-                            progress=False, say=lambda *a: None)
+    res = cohort.run_cohort(
+        inbox,
+        tmp / "course",
+        EXERCISE_IDS,
+        workers=2,
+        timeout=60,
+        feedback=False,
+        unprotected=not BWRAP,
+        progress=False,
+        say=lambda *a: None,
+    )
     recs = {(r.assignment, r.student): r for r in res.records}
     in_kernel = {}
     with Gradebook(f"sqlite:///{res.root / 'gradebook.db'}") as gb:

@@ -63,7 +63,9 @@ def _cells(assignment: str):
 def extract(assignment: str, out: Path) -> None:
     # the `pass` keeps the marker out of the next statement's prefix (mutmut's decorator mutation
     # removes a decorator with the comments before it)
-    parts = [f"{MARK}{gid} ---\n{BOUNDARY}\n{src.rstrip()}\n" for kind, gid, src in _cells(assignment) if kind == "answer"]
+    parts = [
+        f"{MARK}{gid} ---\n{BOUNDARY}\n{src.rstrip()}\n" for kind, gid, src in _cells(assignment) if kind == "answer"
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n\n".join(parts))
     print(f"wrote {len(parts)} answer cells of {assignment} to {out}")
@@ -184,13 +186,19 @@ def run(assignment: str, out: Path | None = None, timeout: int = 120, start: int
             finally:
                 signal.alarm(0)
             if not killed:
-                diff = [d for d in difflib.unified_diff(before[cell].splitlines(), after[cell].splitlines(), lineterm="", n=0)
-                        if d[:1] in "+-" and not d.startswith(("+++", "---"))]
+                diff = [
+                    d
+                    for d in difflib.unified_diff(before[cell].splitlines(), after[cell].splitlines(), lineterm="", n=0)
+                    if d[:1] in "+-" and not d.startswith(("+++", "---"))
+                ]
                 survivors.append((n, cell, diff))
             print(f"[{n}/{len(ids)}] {'killed' if killed else 'SURVIVED'}", file=sys.stderr, flush=True)
     total = len(ids) - (start - 1)
-    lines = [f"{assignment}: {total - len(survivors)}/{total} mutants killed ({100 * (total - len(survivors)) / max(total, 1):.1f}%)"
-             + (f", mutants {start}-{len(ids)}" if start > 1 else "")]
+    n_killed = total - len(survivors)
+    lines = [
+        f"{assignment}: {n_killed}/{total} mutants killed ({100 * n_killed / max(total, 1):.1f}%)"
+        + (f", mutants {start}-{len(ids)}" if start > 1 else "")
+    ]
     for n, cell, diff in survivors:
         lines.append(f"  mutant {n} in {cell}: " + " | ".join(diff))
     text = "\n".join(lines)

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
+from .core import (
+    guard,
+    CheckFailed,
+    call,
+    close,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+    first_match,
+    forbid,
+    passed,
+)
 
 LECTURE = "lectures/00_tensor_shapes.ipynb"
 SEC_AXES = f"lecture 00, section 2 'Adding and removing axes' ({LECTURE}#axes)"
@@ -202,8 +213,14 @@ def batched_outer_values(batched_outer) -> None:
     expect_shape(out, want.shape, "batched_outer(a, b)", reread=SEC_AXES)
     cands = {"each matrix paired with the wrong batch element (a[0] with b[1]...)":
              torch.stack([torch.outer(a[1 - i], b[i]) for i in range(2)])}
-    expect_close(out, want, "batched_outer(a, b)", reread=SEC_AXES, inputs="a = [[1, 2], [0, -1]], b = [[1, 10, 100], [3, 4, 5]]",
-                 hint=_named(out, cands, "out[k, i, j] must be a[k, i] * b[k, j]"))
+    expect_close(
+        out,
+        want,
+        "batched_outer(a, b)",
+        reread=SEC_AXES,
+        inputs="a = [[1, 2], [0, -1]], b = [[1, 10, 100], [3, 4, 5]]",
+        hint=_named(out, cands, "out[k, i, j] must be a[k, i] * b[k, j]"),
+    )
     passed("batched_outer: out[k, i, j] = a[k, i] * b[k, j]")
 
 

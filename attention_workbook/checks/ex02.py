@@ -68,10 +68,17 @@ def hard_lookup_single(hard_lookup) -> None:
         want = _hard_reference(q, KEYS, VALUES)
         if not close(out, want):
             scores = [round(s, 2) for s in (KEYS @ q).tolist()]
-            raise CheckFailed("hard_lookup returned the wrong value", reread=SEC_HARD,
-                              hint=_diagnose_hard(out, q) or "score every key against the query, then return the value stored under the best one",
-                              details=[f"inputs: {inputs}", f"dot products with the keys: {scores}",
-                                       f"expected {want.tolist()}, got {out.tolist()}"])
+            raise CheckFailed(
+                "hard_lookup returned the wrong value",
+                reread=SEC_HARD,
+                hint=_diagnose_hard(out, q)
+                or "score every key against the query, then return the value stored under the best one",
+                details=[
+                    f"inputs: {inputs}",
+                    f"dot products with the keys: {scores}",
+                    f"expected {want.tolist()}, got {out.tolist()}",
+                ],
+            )
     passed("hard_lookup: one query returns the value of the best-scoring key")
 
 

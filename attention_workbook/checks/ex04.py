@@ -135,17 +135,26 @@ def causal_mask(causal_mask) -> None:
         m = expect_tensor(call(causal_mask, T, name="causal_mask", reread=SEC_CAUSAL), "causal_mask", SEC_CAUSAL)
         expect_shape(m, (T, T), f"causal_mask({T})", reread=SEC_CAUSAL)
         if m.dtype != torch.bool:
-            raise CheckFailed(f"causal_mask({T}) has dtype {m.dtype}, not torch.bool",
-                              hint="return a boolean mask (True = may attend): build it with dtype=torch.bool; a float or "
-                                   "int tensor of 1s and 0s is not a mask",
-                              reread=SEC_CAUSAL)
+            raise CheckFailed(
+                f"causal_mask({T}) has dtype {m.dtype}, not torch.bool",
+                hint="return a boolean mask (True = may attend): build it with dtype=torch.bool; a float or "
+                "int tensor of 1s and 0s is not a mask",
+                reread=SEC_CAUSAL,
+            )
         want = torch.ones(T, T, dtype=torch.bool).tril()
         if not torch.equal(m, want):
             cands = {
-                "the upper triangle: every token may see the FUTURE, not the past": torch.ones(T, T, dtype=torch.bool).triu(),
-                "the inverse convention (True = blocked); here True means 'may attend', as in F.scaled_dot_product_attention": ~want,
-                "a strictly lower triangle: the diagonal is masked, but a token may attend to itself": torch.ones(T, T, dtype=torch.bool).tril(-1),
-                "the strictly upper triangle: this is where the mask should be False": torch.ones(T, T, dtype=torch.bool).triu(1),
+                "the upper triangle: every token may see the FUTURE, not the past": torch.ones(
+                    T, T, dtype=torch.bool
+                ).triu(),
+                "the inverse convention (True = blocked); here True means 'may attend', "
+                "as in F.scaled_dot_product_attention": ~want,
+                "a strictly lower triangle: the diagonal is masked, but a token may attend to itself": torch.ones(
+                    T, T, dtype=torch.bool
+                ).tril(-1),
+                "the strictly upper triangle: this is where the mask should be False": torch.ones(
+                    T, T, dtype=torch.bool
+                ).triu(1),
             }
             name = next((k for k, v in cands.items() if torch.equal(m, v)), None)
             raise CheckFailed(f"causal_mask({T}) is wrong", reread=SEC_CAUSAL,
@@ -158,7 +167,9 @@ def causal_mask(causal_mask) -> None:
 def padding_mask(padding_mask) -> None:
     lengths = torch.tensor([3, 1, 4])
     T = 4
-    m = expect_tensor(call(padding_mask, lengths, T, name="padding_mask", reread=SEC_PADDING), "padding_mask", SEC_PADDING)
+    m = expect_tensor(
+        call(padding_mask, lengths, T, name="padding_mask", reread=SEC_PADDING), "padding_mask", SEC_PADDING
+    )
     want = torch.arange(T)[None, None, :] < lengths[:, None, None]  # (B, 1, T)
     if tuple(m.shape) == (3, T, 1):
         raise CheckFailed("padding_mask has shape (B, T, 1): it hides queries instead of keys",
@@ -390,10 +401,15 @@ def sdpa_values(sdpa) -> None:
                               "each query's weights over the keys must sum to 1: is your softmax over dim=-1?",
                               details=[f"inputs: {inputs}"])
         if not close(w, ref_w):
-            raise CheckFailed("attention weights have the wrong values", reread=SEC_SCALING,
-                              hint=_name_sdpa_mistake(out, w, q, k, v) or "weights = softmax(q k^T / sqrt(d)) over the keys",
-                              details=[f"inputs: {inputs}"])
-        expect_shape(out, ref_out.shape, "out", reread=SEC_MATRIX, inputs=inputs, hint="out = weights @ v is (..., Tq, dv)")
+            raise CheckFailed(
+                "attention weights have the wrong values",
+                reread=SEC_SCALING,
+                hint=_name_sdpa_mistake(out, w, q, k, v) or "weights = softmax(q k^T / sqrt(d)) over the keys",
+                details=[f"inputs: {inputs}"],
+            )
+        expect_shape(
+            out, ref_out.shape, "out", reread=SEC_MATRIX, inputs=inputs, hint="out = weights @ v is (..., Tq, dv)"
+        )
         expect_close(out, ref_out, "out", reread=SEC_MATRIX, hint="out = weights @ v", inputs=inputs)
 
     batch_forms(check, [(1,), (), (2, 3)])
@@ -419,13 +435,19 @@ def sdpa_causal(sdpa) -> None:
                               "did a whole row get masked? the diagonal must stay allowed (True)")
         leaked = w.detach().masked_select(~mask.expand_as(w))
         if leaked.numel() and float(leaked.abs().max()) > 0:
-            raise CheckFailed("queries give weight to keys the mask forbids (the future)", reread=SEC_CAUSAL,
-                              hint=_name_sdpa_mistake(out, w, q, k, v, mask) or
-                              "fill the scores with -inf where mask is False, then take the softmax",
-                              details=[f"largest forbidden weight: {float(leaked.abs().max()):.3g} (should be exactly 0)"])
+            raise CheckFailed(
+                "queries give weight to keys the mask forbids (the future)",
+                reread=SEC_CAUSAL,
+                hint=_name_sdpa_mistake(out, w, q, k, v, mask)
+                or "fill the scores with -inf where mask is False, then take the softmax",
+                details=[f"largest forbidden weight: {float(leaked.abs().max()):.3g} (should be exactly 0)"],
+            )
         if not close(w, ref_w):
-            raise CheckFailed("weights under a causal mask have the wrong values", reread=SEC_CAUSAL,
-                              hint=_name_sdpa_mistake(out, w, q, k, v, mask) or "mask the scores, then softmax over dim=-1")
+            raise CheckFailed(
+                "weights under a causal mask have the wrong values",
+                reread=SEC_CAUSAL,
+                hint=_name_sdpa_mistake(out, w, q, k, v, mask) or "mask the scores, then softmax over dim=-1",
+            )
         expect_shape(out, ref_out.shape, "out with a causal mask", reread=SEC_CAUSAL, inputs=inputs)
         expect_close(out, ref_out, "out with a causal mask", reread=SEC_CAUSAL)
 
@@ -532,7 +554,11 @@ def bilinear_shapes(bilinear_scores) -> None:
     """(..., Tq, dq), (..., Tk, dk), (dq, dk) -> (..., Tq, Tk), with no, one and two batch axes."""
     def check(batch):
         g = torch.Generator().manual_seed(10)
-        q, k, W = torch.randn(*batch, 3, 4, generator=g), torch.randn(*batch, 5, 6, generator=g), torch.randn(4, 6, generator=g)
+        q, k, W = (
+            torch.randn(*batch, 3, 4, generator=g),
+            torch.randn(*batch, 5, 6, generator=g),
+            torch.randn(4, 6, generator=g),
+        )
         inputs = f"q {tuple(q.shape)}, k {tuple(k.shape)}, W (4, 6): Tq=3, Tk=5, dq=4, dk=6"
         out = _call_tensor(bilinear_scores, q, k, W, name="bilinear_scores", reread=SEC_SCORING,
                            error_hint=BILINEAR_SHAPES)
@@ -551,7 +577,11 @@ def bilinear_values(bilinear_scores) -> None:
     """Values of q_i^T W k_j (square W, so a transposed W still runs), with no, one and two batch axes."""
     def check(batch):
         g = torch.Generator().manual_seed(11)
-        q, k, W = torch.randn(*batch, 3, 4, generator=g), torch.randn(*batch, 3, 4, generator=g), torch.randn(4, 4, generator=g)
+        q, k, W = (
+            torch.randn(*batch, 3, 4, generator=g),
+            torch.randn(*batch, 3, 4, generator=g),
+            torch.randn(4, 4, generator=g),
+        )
         inputs = f"q {tuple(q.shape)}, k {tuple(k.shape)}, W (4, 4)"
         out = _call_tensor(bilinear_scores, q, k, W, name="bilinear_scores", reread=SEC_SCORING,
                            error_hint=BILINEAR_SHAPES)
@@ -567,10 +597,12 @@ def bilinear_values(bilinear_scores) -> None:
 # ----------------------------------------------------------------------------------------
 # 6. additive scores
 # ----------------------------------------------------------------------------------------
-ADDITIVE_SHAPES = ("W1 (h, dk) acts on the keys and W2 (h, dq) on the queries, like nn.Linear weights: the "
-                   "projected keys are (..., Tk, h), the projected queries (..., Tq, h); insert one axis in each "
-                   "(counted from the end) so every query meets every key in (..., Tq, Tk, h), then tanh, then contract "
-                   "h with w")
+ADDITIVE_SHAPES = (
+    "W1 (h, dk) acts on the keys and W2 (h, dq) on the queries, like nn.Linear weights: the "
+    "projected keys are (..., Tk, h), the projected queries (..., Tq, h); insert one axis in each "
+    "(counted from the end) so every query meets every key in (..., Tq, Tk, h), then tanh, then contract "
+    "h with w"
+)
 
 
 def additive_wrong_variants(q, k, W1, W2, w) -> dict:
@@ -578,7 +610,10 @@ def additive_wrong_variants(q, k, W1, W2, w) -> dict:
     qq = (q @ W2.T).unsqueeze(-2)  # (..., Tq, 1, h)
     ref = torch.tanh(qq + kk) @ w
     out = {
-        "W1 and W2 swapped: W1 acts on the keys, W2 on the queries": torch.tanh((q @ W1.T).unsqueeze(-2) + (k @ W2.T).unsqueeze(-3)) @ w,
+        "W1 and W2 swapped: W1 acts on the keys, W2 on the queries": torch.tanh(
+            (q @ W1.T).unsqueeze(-2) + (k @ W2.T).unsqueeze(-3)
+        )
+        @ w,
         "the score without tanh: w^T (W1 k + W2 q) is linear, the tanh makes it a small MLP": (qq + kk) @ w,
         "tanh applied after w: the non-linearity goes inside, w^T tanh(...)": torch.tanh((qq + kk) @ w),
         "a sum over the hidden units instead of the dot product with w": torch.tanh(qq + kk).sum(-1),
@@ -610,8 +645,14 @@ def additive_shapes(additive_scores) -> None:
             raise CheckFailed("additive_scores still has the hidden axis h", reread=SEC_SCORING,
                               hint="finish with the dot product with w over the last axis (the h axis)",
                               details=[f"inputs: {inputs}"])
-        expect_shape(out, (*batch, 3, 5), "additive_scores", inputs=inputs, reread=SEC_SCORING,
-                     hint="every query meets every key: insert axes so the two projections broadcast to (..., Tq, Tk, h)")
+        expect_shape(
+            out,
+            (*batch, 3, 5),
+            "additive_scores",
+            inputs=inputs,
+            reread=SEC_SCORING,
+            hint="every query meets every key: insert axes so the two projections broadcast to (..., Tq, Tk, h)",
+        )
 
     batch_forms(check, [(2,), (), (2, 3)], reread=SEC_SCORING)
     passed("additive_scores: shapes (..., Tq, Tk) with Tq != Tk and dq != dk, for no, one and two batch axes")
@@ -667,7 +708,9 @@ def _einsum_verdict(fn, q, k, v, mask=None, what="einsum_attention", reread=SEC_
                  hint="out is (..., Tq, dv): the key letter, shared by the weights and v, is summed out")
     if not close(w, ref_w):
         hint = _name_sdpa_mistake(out, w, q, k, v, mask)
-        if hint is None and close(w, torch.softmax(torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(v.shape[-1]), -1)):
+        if hint is None and close(
+            w, torch.softmax(torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(v.shape[-1]), -1)
+        ):
             hint = "you divided by sqrt(dv), the width of the values; the scale is sqrt(d) of the queries and keys"
         raise CheckFailed(f"{what}: the weights have the wrong values", reread=reread, details=[f"inputs: {inputs}"],
                           hint=hint or "weights = softmax(einsum('...qd,...kd->...qk', q, k) / sqrt(d)) over the keys")
@@ -771,12 +814,16 @@ def head_wrong_variants(Wq, Wk, Wv, x, mask=None) -> dict:
 
     out = {
         "no scaling: divide the scores by sqrt(d_head)": fin(s),
-        "scaling by sqrt(d_model): the dot products are between d_head-wide vectors, divide by sqrt(d_head)":
-            fin(s / math.sqrt(d_model)),
+        "scaling by sqrt(d_model): the dot products are between d_head-wide vectors, divide by sqrt(d_head)": fin(
+            s / math.sqrt(d_model)
+        ),
         "a softmax over the query axis (dim=-2) instead of the keys (dim=-1)": fin(s / math.sqrt(d_head), dim=-2),
-        "the keys computed with W_q as well: keys come from self.W_k": fin((q @ q.transpose(-2, -1)) / math.sqrt(d_head)),
-        "W_k used for the queries and W_q for the keys (the weights come out transposed)":
-            fin((k @ q.transpose(-2, -1)) / math.sqrt(d_head)),
+        "the keys computed with W_q as well: keys come from self.W_k": fin(
+            (q @ q.transpose(-2, -1)) / math.sqrt(d_head)
+        ),
+        "W_k used for the queries and W_q for the keys (the weights come out transposed)": fin(
+            (k @ q.transpose(-2, -1)) / math.sqrt(d_head)
+        ),
     }
     if mask is not None:
         out["the mask ignored: pass it on to the attention"] = fin(s / math.sqrt(d_head), m=None)
@@ -804,8 +851,12 @@ def _head_case(SelfAttentionHead, seed, B, T, d_model, d_head, mask=None, reread
     Wq, Wk, Wv = (p.detach() for p in (Wq, Wk, Wv))
     ref = _head_reference(Wq, Wk, Wv, x, mask)
     if tuple(out.shape) == (B, T, d_model) and d_model != d_head:
-        raise CheckFailed(f"forward returns (B, T, d_model) = {tuple(out.shape)}", reread=SEC_ROLES, details=[f"inputs: {inputs}"],
-                          hint="the output is the weighted sum of the VALUES W_v(x), which are d_head wide, not of x")
+        raise CheckFailed(
+            f"forward returns (B, T, d_model) = {tuple(out.shape)}",
+            reread=SEC_ROLES,
+            details=[f"inputs: {inputs}"],
+            hint="the output is the weighted sum of the VALUES W_v(x), which are d_head wide, not of x",
+        )
     expect_shape(out, ref.shape, "forward(x, mask)", inputs=inputs, reread=reread,
                  hint="queries, keys and values are (B, T, d_head); the output is (B, T, d_head)")
     expect_close(out, ref, "forward(x, mask)", inputs=inputs, reread=reread,
@@ -823,8 +874,16 @@ def head_mask(SelfAttentionHead) -> None:
     """The mask argument is used: a causal (T, T) and a padding (B, 1, T) mask."""
     T = 5
     _head_case(SelfAttentionHead, 18, 2, T, 8, 4, torch.ones(T, T, dtype=torch.bool).tril(), reread=SEC_CAUSAL)
-    _head_case(SelfAttentionHead, 19, 2, T, 8, 4, (torch.arange(T)[None, :] < torch.tensor([5, 3])[:, None])[:, None, :],
-               reread=SEC_PADDING)
+    _head_case(
+        SelfAttentionHead,
+        19,
+        2,
+        T,
+        8,
+        4,
+        (torch.arange(T)[None, :] < torch.tensor([5, 3])[:, None])[:, None, :],
+        reread=SEC_PADDING,
+    )
     passed("SelfAttentionHead: causal and padding masks are applied")
 
 

@@ -16,7 +16,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import guard, CheckFailed, expect_int, call, close, expect_close, expect_shape, expect_tensor, forbid, max_abs_diff, passed
+from .core import (
+    guard,
+    CheckFailed,
+    expect_int,
+    call,
+    close,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+    forbid,
+    max_abs_diff,
+    passed,
+)
 
 LECTURE = "lectures/05_multi_head_attention.ipynb"
 SEC_RESHAPE = f"lecture 05, section 4 'Reshaping into heads' ({LECTURE}#reshape)"
@@ -214,7 +226,6 @@ def variant_forward(x, kv, mask, params, H, *, split="right", merge="right", sca
     Wqkv, bqkv, Wo, bo = params
     B, T, D = x.shape
     src = x if (kv is None or keys_from == "x") else kv
-    S = src.size(1)
     chunks_w = Wqkv.split(D)
     chunks_b = bqkv.split(D) if (bqkv is not None and bias) else (None, None, None)
     Wq, Wk, Wv = (chunks_w[order.index(r)] for r in "qkv")
@@ -365,11 +376,15 @@ def _compare(m, ref, x, kv=None, mask=None, what="", reread=SEC_EFFICIENCY):
             reread = SEC_SCALING
         elif hint and "W_o" in hint:
             reread = SEC_WO
-        raise CheckFailed(f"MultiHeadAttention ({what}) differs from nn.MultiheadAttention with the same weights",
-                          reread=reread, hint=hint or "compare the shape of every step with the lecture: "
-                          "W_qkv -> split(D) -> split_heads -> scores / sqrt(D/H) -> softmax(-1) -> "
-                          "@ v -> merge_heads -> W_o",
-                          details=[f"max |yours - torch| = {max_abs_diff(out, want):.3g} (tolerance 1e-5 + 1e-4*|torch|)"])
+        raise CheckFailed(
+            f"MultiHeadAttention ({what}) differs from nn.MultiheadAttention with the same weights",
+            reread=reread,
+            hint=hint
+            or "compare the shape of every step with the lecture: "
+            "W_qkv -> split(D) -> split_heads -> scores / sqrt(D/H) -> softmax(-1) -> "
+            "@ v -> merge_heads -> W_o",
+            details=[f"max |yours - torch| = {max_abs_diff(out, want):.3g} (tolerance 1e-5 + 1e-4*|torch|)"],
+        )
     return out, want_w
 
 
@@ -405,7 +420,10 @@ def mha_init(MultiHeadAttention) -> None:
                               hint="only W_qkv and W_o: 4 D^2 weights (+ 4 D biases); no per-head copies",
                               reread=SEC_COUNT)
     m = call(MultiHeadAttention, 12, 3, name="MultiHeadAttention(12, 3)", reread=SEC_EFFICIENCY)
-    if getattr(getattr(m, "W_qkv", None), "bias", None) is None or getattr(getattr(m, "W_o", None), "bias", None) is None:
+    if (
+        getattr(getattr(m, "W_qkv", None), "bias", None) is None
+        or getattr(getattr(m, "W_o", None), "bias", None) is None
+    ):
         raise CheckFailed("MultiHeadAttention(12, 3), built without a bias argument, has no biases",
                           hint=DEFAULT_BIAS, reread=SEC_EFFICIENCY)
     passed("MultiHeadAttention: W_qkv (3D x D) and W_o (D x D), biases as asked (and by default)")
@@ -555,7 +573,8 @@ def from_torch(from_torch, MultiHeadAttention=None) -> None:
         want, _ = torch_reference(ref, x)
         lin_q, lin_o = getattr(m, "W_qkv", None), getattr(m, "W_o", None)
         if not close(out, want, atol=1e-5, rtol=1e-4):
-            hint = "copy in_proj_weight -> W_qkv.weight, in_proj_bias -> W_qkv.bias, out_proj -> W_o (with torch.no_grad())"
+            hint = ("copy in_proj_weight -> W_qkv.weight, in_proj_bias -> W_qkv.bias, out_proj -> W_o "
+                    "(with torch.no_grad())")
             if isinstance(lin_q, nn.Linear) and isinstance(lin_o, nn.Linear):
                 same_w = (lin_q.weight.shape == ref.in_proj_weight.shape and close(lin_q.weight, ref.in_proj_weight)
                           and lin_o.weight.shape == ref.out_proj.weight.shape
@@ -571,7 +590,9 @@ def from_torch(from_torch, MultiHeadAttention=None) -> None:
                 elif same_w and not same_b:
                     hint = "the biases were not copied: in_proj_bias -> W_qkv.bias and out_proj.bias -> W_o.bias"
                 elif not same_w and lin_q.weight.shape == ref.in_proj_weight.shape:
-                    hint = "W_qkv.weight / W_o.weight differ from in_proj_weight / out_proj.weight: copy them as they are"
+                    hint = (
+                        "W_qkv.weight / W_o.weight differ from in_proj_weight / out_proj.weight: copy them as they are"
+                    )
                 elif same_w and same_b:
                     hint = ("the weights were copied correctly, so the difference is in your forward: "
                             "make the MultiHeadAttention checks above pass first")

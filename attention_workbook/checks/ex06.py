@@ -13,7 +13,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import guard, CheckFailed, expect_int, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
+from .core import (
+    guard,
+    CheckFailed,
+    expect_int,
+    call,
+    close,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+    first_match,
+    forbid,
+    passed,
+)
 
 LECTURE = "lectures/06_transformer_block.ipynb"
 SEC_FFN = f"lecture 06, section 1 'Attention only re-averages' ({LECTURE}#ffn)"
@@ -142,7 +154,9 @@ def ln_wrong_variants(x, weight, bias, eps) -> dict[str, torch.Tensor]:
     out["eps added outside the square root"] = ((x64 - mu) / (sd + eps) * w + b).float()
     out["no eps at all"] = ((x64 - mu) / sd * w + b).float()
     out["no gain and bias applied"] = ((x64 - mu) / torch.sqrt(sd ** 2 + eps)).float()
-    out["the standard deviation instead of the variance under the sqrt"] = ((x64 - mu) / torch.sqrt(sd + eps) * w + b).float()
+    out["the standard deviation instead of the variance under the sqrt"] = (
+        (x64 - mu) / torch.sqrt(sd + eps) * w + b
+    ).float()
     return out
 
 
@@ -150,7 +164,9 @@ def _ln_hint(name):
     if name is None:
         return None
     if "statistics over" in name:
-        return f"your output equals LayerNorm with {name}: take mean and variance over the features, dim=-1, keepdim=True"
+        return (
+            f"your output equals LayerNorm with {name}: take mean and variance over the features, dim=-1, keepdim=True"
+        )
     if "unbiased" in name:
         return "you used the unbiased variance: pass unbiased=False (or correction=0), LayerNorm divides by d"
     if "eps" in name:
@@ -207,8 +223,14 @@ def layernorm_values(LayerNorm) -> None:
         want = ln_reference(x, w, b, 1e-5)
         if not close(out, want):
             hint = _ln_hint(first_match(out.float(), ln_wrong_variants(x, w, b, 1e-5), atol=1e-5))
-            expect_close(out, want, "LayerNorm(x)", hint=hint or "mean and biased variance over dim=-1, then * weight + bias",
-                         reread=SEC_LN, inputs=inputs)
+            expect_close(
+                out,
+                want,
+                "LayerNorm(x)",
+                hint=hint or "mean and biased variance over dim=-1, then * weight + bias",
+                reread=SEC_LN,
+                inputs=inputs,
+            )
     passed("LayerNorm: per-token mean and biased variance over the features, gain and bias applied (any leading axes)")
 
 
@@ -257,11 +279,13 @@ def feedforward_structure(FeedForward) -> None:
     ff = _make(FeedForward, 8, 20, name="FeedForward", reread=SEC_FFN)    # d_ff = 20, not the usual 4 * d_model
     l1, l2 = _linears(ff, "FeedForward(8, 20)", SEC_FFN)
     if (l1.in_features, l1.out_features, l2.in_features, l2.out_features) != (8, 20, 20, 8):
-        raise CheckFailed("FeedForward(8, 20): the linear layers should be 8 -> 20 and 20 -> 8",
-                          details=[f"yours: {l1.in_features} -> {l1.out_features} and {l2.in_features} -> {l2.out_features}"],
-                          hint="the hidden width is the d_ff argument (often, but not always, 4 * d_model): "
-                               "expand to d_ff, then project back",
-                          reread=SEC_FFN)
+        raise CheckFailed(
+            "FeedForward(8, 20): the linear layers should be 8 -> 20 and 20 -> 8",
+            details=[f"yours: {l1.in_features} -> {l1.out_features} and {l2.in_features} -> {l2.out_features}"],
+            hint="the hidden width is the d_ff argument (often, but not always, 4 * d_model): "
+            "expand to d_ff, then project back",
+            reread=SEC_FFN,
+        )
     if l1.bias is None or l2.bias is None:
         raise CheckFailed("FeedForward's linear layers should have biases", reread=SEC_FFN)
     x = torch.randn(2, 5, 8)
@@ -301,15 +325,23 @@ def block_defaults(cls, D=16, H=2, d_ff=32, seed=8, reread=SEC_BLOCK) -> None:
         return
     x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        out = expect_tensor(call(default.train(), x, name="TransformerBlock.forward", reread=reread), "TransformerBlock")
-        want = expect_tensor(call(explicit.eval(), x, name="TransformerBlock.forward", reread=reread), "TransformerBlock")
+        out = expect_tensor(
+            call(default.train(), x, name="TransformerBlock.forward", reread=reread), "TransformerBlock"
+        )
+        want = expect_tensor(
+            call(explicit.eval(), x, name="TransformerBlock.forward", reread=reread), "TransformerBlock"
+        )
         if close(out, want):
             return
         post = _block(cls, D, H, d_ff, dropout=0.0, pre_ln=False, reread=reread)
         post.load_state_dict(default.state_dict())
         as_post = close(out, call(post.eval(), x, name="TransformerBlock.forward", reread=reread))
-    raise CheckFailed(f"TransformerBlock({D}, {H}, {d_ff}), built without pre_ln and dropout arguments, is not a "
-                      "pre-LN block without dropout", hint=DEFAULT_PRE_LN if as_post else DEFAULT_DROPOUT, reread=reread)
+    raise CheckFailed(
+        f"TransformerBlock({D}, {H}, {d_ff}), built without pre_ln and dropout arguments, is not a "
+        "pre-LN block without dropout",
+        hint=DEFAULT_PRE_LN if as_post else DEFAULT_DROPOUT,
+        reread=reread,
+    )
 
 
 FFN_DROPOUT = ("the dropout goes on the network's output, after the second linear layer (the Annotated "
@@ -327,7 +359,10 @@ def ffn_dropout_placement(FeedForward, D, d_ff, x, reread=SEC_FFN) -> None:
         out = expect_tensor(call(ff, x, name="FeedForward.forward (train mode, dropout=1.0)", reread=reread),
                             "FeedForward.forward")
         expect_shape(out, x.shape, "FeedForward(x) in train mode", reread=reread)
-        at_end, after_relu = torch.zeros_like(x), l2.bias.expand(x.shape) if l2.bias is not None else torch.zeros_like(x)
+        at_end, after_relu = (
+            torch.zeros_like(x),
+            l2.bias.expand(x.shape) if l2.bias is not None else torch.zeros_like(x),
+        )
         if not (close(out, at_end) or close(out, after_relu)):
             raise CheckFailed(f"FeedForward({D}, {d_ff}, dropout=1.0) in train mode: the dropout is not on the "
                               "network's output", hint=FFN_DROPOUT, reread=reread,
@@ -406,7 +441,9 @@ def block_wrong_variants(block, x, mask, pre_ln):
     out = {}
     if pre_ln:
         h = ln1(x) + attn(ln1(x))
-        out["a residual that adds the normalised x, ln1(x) + attn(ln1(x)), instead of x + attn(ln1(x))"] = ln2(h) + ff(ln2(h))
+        out["a residual that adds the normalised x, ln1(x) + attn(ln1(x)), instead of x + attn(ln1(x))"] = ln2(h) + ff(
+            ln2(h)
+        )
         out["a residual that adds the normalised x around the attention, ln1(x) + attn(ln1(x))"] = h + ff(ln2(h))
         h = ln1(x + attn(x))
         out["post-LN (the pre_ln flag is ignored)"] = ln2(h + ff(h))
@@ -728,8 +765,11 @@ def _inspect_copy(block, layer):
     if isinstance(heads, int) and heads != layer.self_attn.num_heads:
         return (f"your block has {heads} heads, the layer {layer.self_attn.num_heads}: read the number of heads "
                 "from the layer (layer.self_attn.num_heads)")
-    wrong = [n for n, ours, theirs in table
-             if ours is None or tuple(ours.shape) != tuple(theirs.shape) or not torch.equal(ours.detach(), theirs.detach())]
+    wrong = [
+        n
+        for n, ours, theirs in table
+        if ours is None or tuple(ours.shape) != tuple(theirs.shape) or not torch.equal(ours.detach(), theirs.detach())
+    ]
     if not wrong:
         return COPIED_FORWARD_WRONG
     if torch.equal(block.ln1.weight.detach(), layer.norm2.weight.detach()):

@@ -12,7 +12,18 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .core import guard, CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, passed
+from .core import (
+    guard,
+    CheckFailed,
+    call,
+    close,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+    first_match,
+    forbid,
+    passed,
+)
 from .ex06 import randomize_
 
 LECTURE = "lectures/07_encoder_decoder.ipynb"
@@ -154,10 +165,15 @@ def decoder_dropout_variants(block, x, memory):
     ln1, ln2, ln3, ff = block.ln1, block.ln2, block.ln3, block.ff
     return {
         "dropout after the LayerNorms, drop(ln(x + sublayer(x)))": ln3(zero + ff(zero)),
-        "no dropout on the self-attention's output": (lambda a: ln3(a + ff(a)))(ln2(ln1(x + block.self_attn(x, mask=causal)))),
-        "no dropout on the cross-attention's output": (lambda a: ln3(a + ff(a)))(ln2(ln1(x) + block.cross_attn(ln1(x), kv=memory))),
+        "no dropout on the self-attention's output": (lambda a: ln3(a + ff(a)))(
+            ln2(ln1(x + block.self_attn(x, mask=causal)))
+        ),
+        "no dropout on the cross-attention's output": (lambda a: ln3(a + ff(a)))(
+            ln2(ln1(x) + block.cross_attn(ln1(x), kv=memory))
+        ),
         "no dropout on either attention's output": (lambda a: ln3(a + ff(a)))(
-            (lambda b: ln2(b + block.cross_attn(b, kv=memory)))(ln1(x + block.self_attn(x, mask=causal)))),
+            (lambda b: ln2(b + block.cross_attn(b, kv=memory)))(ln1(x + block.self_attn(x, mask=causal)))
+        ),
     }
 
 
@@ -215,9 +231,11 @@ def decoder_causal(DecoderBlock) -> None:
     with torch.no_grad():
         y, y2 = _run_decoder(block, x, memory), _run_decoder(block, x2, memory)
     if not close(y2[:, :4], y[:, :4]):
-        raise CheckFailed("changing decoder positions 4..5 changed the outputs at positions 0..3",
-                          hint="the self-attention must be causal: combine a (T, T) lower-triangular mask into its mask",
-                          reread=SEC_MASKS)
+        raise CheckFailed(
+            "changing decoder positions 4..5 changed the outputs at positions 0..3",
+            hint="the self-attention must be causal: combine a (T, T) lower-triangular mask into its mask",
+            reread=SEC_MASKS,
+        )
     x3 = x.clone()
     x3[:, 0] += 1.0
     with torch.no_grad():
@@ -239,7 +257,9 @@ def decoder_masks(DecoderBlock) -> None:
         x, memory = torch.randn(2, T, 16), torch.randn(2, S, 16)
         keep_s = torch.ones(2, S, dtype=torch.bool)
         keep_s[1, S - 3:] = False
-        out = _compare_decoder(block, x, memory, memory_mask=keep_s, what=f"DecoderBlock with a memory_mask (T={T}, S={S})")
+        out = _compare_decoder(
+            block, x, memory, memory_mask=keep_s, what=f"DecoderBlock with a memory_mask (T={T}, S={S})"
+        )
         mem2 = memory.clone()
         mem2[1, S - 3:] = 50.0
         with torch.no_grad():
@@ -388,11 +408,17 @@ def seq2seq_defaults(cls, src_vocab=11, tgt_vocab=13, seed=4) -> None:
     theirs = {n: tuple(t.shape) for n, t in [*spelled.named_parameters(), *spelled.named_buffers()]}
     if ours != theirs or not close(_logits(spelled.eval(), src, tgt), a, atol=1e-5, rtol=1e-4):
         differ = sorted(n for n in ours.keys() | theirs.keys() if ours.get(n) != theirs.get(n))
-        raise CheckFailed("Seq2SeqTransformer(src_vocab, tgt_vocab) is not the model its defaults spelled out build "
-                          "(d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0)", hint=DEFAULTS,
-                          reread=SEC_S2S,
-                          details=[f"different: {', '.join(f'{n} {ours.get(n)} vs {theirs.get(n)}' for n in differ[:4])}"
-                                   if differ else "the same weights give other logits"])
+        raise CheckFailed(
+            "Seq2SeqTransformer(src_vocab, tgt_vocab) is not the model its defaults spelled out build "
+            "(d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32, pad_id=0)",
+            hint=DEFAULTS,
+            reread=SEC_S2S,
+            details=[
+                f"different: {', '.join(f'{n} {ours.get(n)} vs {theirs.get(n)}' for n in differ[:4])}"
+                if differ
+                else "the same weights give other logits"
+            ],
+        )
 
 
 # ----------------------------------------------------------------------------------------
@@ -501,7 +527,9 @@ def _compare_greedy(fn, scripts, max_len, bos=1, eos=2, vocab=10, decoy=None, wh
                           details=[f"scripted model, bos={bos}, eos={eos}, max_len={max_len}",
                                    f"expected {want.tolist()}", f"got      {out.tolist()}"])
     if out.dtype != torch.long:
-        raise CheckFailed(f"greedy_decode returns dtype {out.dtype}", hint="token ids are torch.long", reread=SEC_GREEDY)
+        raise CheckFailed(
+            f"greedy_decode returns dtype {out.dtype}", hint="token ids are torch.long", reread=SEC_GREEDY
+        )
 
 
 def greedy_single(greedy_decode) -> None:

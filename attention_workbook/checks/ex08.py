@@ -455,10 +455,13 @@ def gpt_overfits(GPT) -> None:
         call(loss.backward, name="loss.backward", reread=SEC_MODEL)
         opt.step()
     if loss.item() > 0.5:
-        raise CheckFailed(f"40 Adam steps on a single batch only brought the loss from {first:.2f} to {loss.item():.2f}",
-                          reread=SEC_MODEL, hint="a correct model memorises one batch of 32 tokens quickly: check "
-                          "that the blocks, ln_f and lm_head are all used and that the parameters are registered "
-                          "(nn.ModuleList, not a Python list)")
+        raise CheckFailed(
+            f"40 Adam steps on a single batch only brought the loss from {first:.2f} to {loss.item():.2f}",
+            reread=SEC_MODEL,
+            hint="a correct model memorises one batch of 32 tokens quickly: check "
+            "that the blocks, ln_f and lm_head are all used and that the parameters are registered "
+            "(nn.ModuleList, not a Python list)",
+        )
     passed(f"GPT: overfits a single batch (loss {first:.2f} -> {loss.item():.2f} in 40 steps)")
 
 
@@ -522,8 +525,12 @@ def generate_basics(generate) -> None:
         raise CheckFailed("generate runs the model with gradients enabled", reread=SEC_GENERATE, hint=NO_GRAD)
     if out[0, 9:].tolist() != [3, 4, 5, 0, 1]:
         hint = "use the logits of the LAST position, logits[:, -1, :]: they predict the next token"
-        raise CheckFailed("with top_k=1 generate should follow the model's most likely next token", hint=hint,
-                          reread=SEC_GENERATE, details=[f"expected new tokens [3, 4, 5, 0, 1], got {out[0, 9:].tolist()}"])
+        raise CheckFailed(
+            "with top_k=1 generate should follow the model's most likely next token",
+            hint=hint,
+            reread=SEC_GENERATE,
+            details=[f"expected new tokens [3, 4, 5, 0, 1], got {out[0, 9:].tolist()}"],
+        )
     model = FixedLogits(torch.tensor([0.0, 1.0, 2.0, 0.5]), block_size=4)
     a = _gen(generate, model, torch.zeros(8, 1, dtype=torch.long), 6, generator=torch.Generator().manual_seed(0))
     b = _gen(generate, model, torch.zeros(8, 1, dtype=torch.long), 6, generator=torch.Generator().manual_seed(0))
@@ -554,9 +561,12 @@ def one_prompt_top_k(generate, scores, k, want, n=1500, seed=2) -> None:
                generator=torch.Generator().manual_seed(seed))
     kept = set(out[0, 1:].tolist())
     if kept != set(want):
-        raise CheckFailed(f"with one prompt and top_k={k} the sampled tokens are {sorted(kept)}, expected "
-                          f"{sorted(want)} ({n} tokens from logits {[round(v, 2) for v in torch.as_tensor(scores).tolist()]})",
-                          reread=SEC_GENERATE, hint=TOP_K_ONE_ROW)
+        raise CheckFailed(
+            f"with one prompt and top_k={k} the sampled tokens are {sorted(kept)}, expected "
+            f"{sorted(want)} ({n} tokens from logits {[round(v, 2) for v in torch.as_tensor(scores).tolist()]})",
+            reread=SEC_GENERATE,
+            hint=TOP_K_ONE_ROW,
+        )
 
 
 @single_threaded
@@ -578,10 +588,12 @@ def generate_sampling(generate) -> None:
     p = _freqs(generate, scores, top_k=2)
     kept = {i for i, v in enumerate(p.tolist()) if v > 0}
     if kept != {2, 3}:
-        raise CheckFailed(f"with top_k=2 the sampled tokens are {sorted(kept)}, expected [2, 3] (the two largest logits)",
-                          reread=SEC_GENERATE,
-                          hint="top-k keeps the wrong tokens: v = torch.topk(logits, k).values; set logits < v[:, [-1]] "
-                               "(smaller than the k-th largest) to -inf")
+        raise CheckFailed(
+            f"with top_k=2 the sampled tokens are {sorted(kept)}, expected [2, 3] (the two largest logits)",
+            reread=SEC_GENERATE,
+            hint="top-k keeps the wrong tokens: v = torch.topk(logits, k).values; set logits < v[:, [-1]] "
+            "(smaller than the k-th largest) to -inf",
+        )
     want = F.softmax(torch.tensor([2.0, 3.0]), -1)
     if abs(p[3].item() - want[1].item()) > 0.02:
         raise CheckFailed("with top_k=2 the two kept tokens have the wrong proportions", reread=SEC_GENERATE,

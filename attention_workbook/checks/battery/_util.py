@@ -44,13 +44,19 @@ def expect(got, want: torch.Tensor, what: str, case: str, *, atol: float = 1e-5,
     if variants is not None and isinstance(got, torch.Tensor):
         try:
             cands = variants() if callable(variants) else variants
-            hint = first_match(got, {k: v for k, v in cands.items() if isinstance(v, torch.Tensor)}, atol=max(atol, 1e-5))
+            hint = first_match(
+                got, {k: v for k, v in cands.items() if isinstance(v, torch.Tensor)}, atol=max(atol, 1e-5)
+            )
         except Exception:  # noqa: BLE001 - a variant that does not apply to this case names nothing
             hint = None
     raise mismatch(what, got, want, case, f"atol {atol:g} + rtol {rtol:g}", hint, reread)
 
 
 def exact(got, want: torch.Tensor, what: str, case: str, variants=None, reread: str | None = None) -> None:
-    if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want.shape) and torch.equal(got.to(want.dtype), want):
+    if (
+        isinstance(got, torch.Tensor)
+        and tuple(got.shape) == tuple(want.shape)
+        and torch.equal(got.to(want.dtype), want)
+    ):
         return
     expect(got, want, what, case, atol=0.0, rtol=0.0, variants=variants, reread=reread)

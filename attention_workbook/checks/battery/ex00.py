@@ -56,8 +56,10 @@ def split_last_shape(split_last, g) -> None:
         lead, n, hs = _split_case(g)
         out = tensor(call(split_last, torch.randn(*lead, n * hs, generator=g), n, name="split_last"), "split_last")
         if tuple(out.shape) != (*lead, n, hs):
-            raise CheckFailed("split_last has the wrong shape",
-                              details=[f"case: x {(*lead, n * hs)}, n={n}; expected {(*lead, n, hs)}, got {tuple(out.shape)}"])
+            raise CheckFailed(
+                "split_last has the wrong shape",
+                details=[f"case: x {(*lead, n * hs)}, n={n}; expected {(*lead, n, hs)}, got {tuple(out.shape)}"],
+            )
 
 
 def split_last_values(split_last, g) -> None:
@@ -83,10 +85,17 @@ def split_last_error(split_last, g) -> None:
         except Exception as e:  # noqa: BLE001
             raise CheckFailed(f"split_last(x of last size {D}, n={n}) raised {type(e).__name__}, not ValueError",
                               reread=visible.SEC_RESHAPE if hasattr(visible, "SEC_RESHAPE") else None) from None
-        raise CheckFailed(f"split_last(x of last size {D}, n={n}) did not raise ValueError ({D} is not divisible by {n})")
+        raise CheckFailed(
+            f"split_last(x of last size {D}, n={n}) did not raise ValueError ({D} is not divisible by {n})"
+        )
     n = randint(g, 2, 5)
-    x = torch.randn(3, n * 3, generator=g)       # divisible: must not raise
-    exact(call(split_last, x, n, name="split_last"), _split(x, n), "split_last(x, n)", f"x {tuple(x.shape)}, n={n} (divisible)")
+    x = torch.randn(3, n * 3, generator=g)  # divisible: must not raise
+    exact(
+        call(split_last, x, n, name="split_last"),
+        _split(x, n),
+        "split_last(x, n)",
+        f"x {tuple(x.shape)}, n={n} (divisible)",
+    )
 
 
 def _outer_case(g):
@@ -102,8 +111,10 @@ def batched_outer_shape(batched_outer, g) -> None:
         out = tensor(call(batched_outer, torch.randn(B, m, generator=g), torch.randn(B, n, generator=g),
                           name="batched_outer"), "batched_outer")
         if tuple(out.shape) != (B, m, n):
-            raise CheckFailed("batched_outer has the wrong shape",
-                              details=[f"case: a ({B}, {m}), b ({B}, {n}); expected ({B}, {m}, {n}), got {tuple(out.shape)}"])
+            raise CheckFailed(
+                "batched_outer has the wrong shape",
+                details=[f"case: a ({B}, {m}), b ({B}, {n}); expected ({B}, {m}, {n}), got {tuple(out.shape)}"],
+            )
 
 
 def batched_outer_values(batched_outer, g) -> None:
@@ -111,7 +122,9 @@ def batched_outer_values(batched_outer, g) -> None:
         B, m, n = _outer_case(g)
         a, b = torch.randn(B, m, generator=g), torch.randn(B, n, generator=g)
         want = (a.double()[:, :, None] * b.double()[:, None, :]).float()
-        expect(call(batched_outer, a, b, name="batched_outer"), want, "batched_outer(a, b)", f"a ({B}, {m}), b ({B}, {n})")
+        expect(
+            call(batched_outer, a, b, name="batched_outer"), want, "batched_outer(a, b)", f"a ({B}, {m}), b ({B}, {n})"
+        )
 
 
 def _einsum_case(einsum_matmul, g, lead):

@@ -75,9 +75,11 @@ def causal_mask(causal_mask, g) -> None:
         m = call(causal_mask, T, name="causal_mask")
         want = torch.arange(T)[None, :] <= torch.arange(T)[:, None]
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or not torch.equal(m, want):
-            raise CheckFailed(f"causal_mask({T}) is not the bool lower triangle (True where key <= query)",
-                              reread=visible.SEC_CAUSAL,
-                              details=[f"got {type(m).__name__} {getattr(m, 'dtype', '')} {tuple(getattr(m, 'shape', ()))}"])
+            raise CheckFailed(
+                f"causal_mask({T}) is not the bool lower triangle (True where key <= query)",
+                reread=visible.SEC_CAUSAL,
+                details=[f"got {type(m).__name__} {getattr(m, 'dtype', '')} {tuple(getattr(m, 'shape', ()))}"],
+            )
 
 
 def padding_mask(padding_mask, g) -> None:
@@ -203,17 +205,28 @@ def bilinear_shapes(bilinear_scores, g) -> None:
         batch, q, k, W, desc = _bilinear_case(g)
         out = tensor(call(bilinear_scores, q, k, W, name="bilinear_scores"), "bilinear_scores", desc)
         if tuple(out.shape) != (*batch, q.shape[-2], k.shape[-2]):
-            raise CheckFailed("bilinear_scores has the wrong shape", hint=visible.BILINEAR_SHAPES,
-                              reread=visible.SEC_SCORING,
-                              details=[f"case: {desc}", f"expected {(*batch, q.shape[-2], k.shape[-2])}, got {tuple(out.shape)}"])
+            raise CheckFailed(
+                "bilinear_scores has the wrong shape",
+                hint=visible.BILINEAR_SHAPES,
+                reread=visible.SEC_SCORING,
+                details=[f"case: {desc}", f"expected {(*batch, q.shape[-2], k.shape[-2])}, got {tuple(out.shape)}"],
+            )
 
 
 def bilinear_values(bilinear_scores, g) -> None:
     for case in range(5):
         batch, q, k, W, desc = _bilinear_case(g, square=case < 2)
         out = call(bilinear_scores, q, k, W, name="bilinear_scores")
-        expect(out, _bilinear(q, k, W, batch), "bilinear_scores", desc, reread=visible.SEC_SCORING,
-               variants=lambda: {f"your result equals {n}": v for n, v in visible.bilinear_wrong_variants(q, k, W).items()})
+        expect(
+            out,
+            _bilinear(q, k, W, batch),
+            "bilinear_scores",
+            desc,
+            reread=visible.SEC_SCORING,
+            variants=lambda: {
+                f"your result equals {n}": v for n, v in visible.bilinear_wrong_variants(q, k, W).items()
+            },
+        )
 
 
 def _additive(q, k, W1, W2, w):
@@ -248,8 +261,14 @@ def additive_values(additive_scores, g) -> None:
     for case in range(5):
         batch, args, desc = _additive_case(g, square=case < 2)
         out = call(additive_scores, *args, name="additive_scores")
-        expect(out, _additive(*args), "additive_scores", desc, reread=visible.SEC_SCORING,
-               variants=lambda: {f"your result equals {n}": v for n, v in visible.additive_wrong_variants(*args).items()})
+        expect(
+            out,
+            _additive(*args),
+            "additive_scores",
+            desc,
+            reread=visible.SEC_SCORING,
+            variants=lambda: {f"your result equals {n}": v for n, v in visible.additive_wrong_variants(*args).items()},
+        )
 
 
 def _einsum(fn, q, k, v, mask):
@@ -306,7 +325,9 @@ def _head_case(cls, g, mask_kind=None):
         mask = torch.ones(T, T, dtype=torch.bool).tril()
     elif mask_kind == "padding":
         mask = _padding(g, B, T, 1)
-    desc = f"x {tuple(x.shape)}, d_head={d_head}" + (f", {mask_kind} mask {tuple(mask.shape)}" if mask is not None else "")
+    desc = f"x {tuple(x.shape)}, d_head={d_head}" + (
+        f", {mask_kind} mask {tuple(mask.shape)}" if mask is not None else ""
+    )
     with torch.no_grad():
         out = visible.call_with_mask(head, x, mask=mask, name="SelfAttentionHead.forward", reread=visible.SEC_MATRIX)
         Wq, Wk, Wv = (p.detach() for p in (Wq, Wk, Wv))
@@ -314,9 +335,19 @@ def _head_case(cls, g, mask_kind=None):
         want = F.scaled_dot_product_attention(F.linear(x64, Wq.double()), F.linear(x64, Wk.double()),
                                               F.linear(x64, Wv.double()), attn_mask=mask).float()
     if isinstance(out, tuple):
-        raise CheckFailed("SelfAttentionHead.forward returns a tuple", hint="forward(x, mask) returns only the output tensor")
-    expect(out, want, "SelfAttentionHead output", desc, reread=visible.SEC_MATRIX,
-           variants=lambda: {f"your result equals {n}": v for n, v in visible.head_wrong_variants(Wq, Wk, Wv, x, mask).items()})
+        raise CheckFailed(
+            "SelfAttentionHead.forward returns a tuple", hint="forward(x, mask) returns only the output tensor"
+        )
+    expect(
+        out,
+        want,
+        "SelfAttentionHead output",
+        desc,
+        reread=visible.SEC_MATRIX,
+        variants=lambda: {
+            f"your result equals {n}": v for n, v in visible.head_wrong_variants(Wq, Wk, Wv, x, mask).items()
+        },
+    )
 
 
 def head_forward(SelfAttentionHead, g) -> None:

@@ -68,8 +68,11 @@ def mha_init(MultiHeadAttention, g) -> None:
                 raise CheckFailed("MultiHeadAttention has the wrong number of parameters", reread=visible.SEC_COUNT,
                                   details=[f"case: D={D}, H={H}, bias={bias}: {n}, expected {want} "
                                            "(nn.MultiheadAttention's count)"])
-        m = call(MultiHeadAttention, D, H, name="MultiHeadAttention")           # bias=True is the default
-        if getattr(getattr(m, "W_qkv", None), "bias", None) is None or getattr(getattr(m, "W_o", None), "bias", None) is None:
+        m = call(MultiHeadAttention, D, H, name="MultiHeadAttention")  # bias=True is the default
+        if (
+            getattr(getattr(m, "W_qkv", None), "bias", None) is None
+            or getattr(getattr(m, "W_o", None), "bias", None) is None
+        ):
             raise CheckFailed(f"MultiHeadAttention({D}, {H}) without a bias argument has no biases",
                               hint=visible.DEFAULT_BIAS, reread=visible.SEC_EFFICIENCY)
 

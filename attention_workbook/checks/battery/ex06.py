@@ -67,9 +67,15 @@ def layernorm_params(LayerNorm, g) -> None:
         ln = visible._make(LayerNorm, d, eps=eps, name="LayerNorm", reread=visible.SEC_LN)
         params = dict(ln.named_parameters())
         if set(params) != {"weight", "bias"} or any(tuple(p.shape) != (d,) for p in params.values()):
-            raise CheckFailed(f"LayerNorm({d}) should have exactly the parameters weight and bias of shape ({d},)",
-                              details=[f"got {[(n, tuple(p.shape)) for n, p in params.items()]}"], reread=visible.SEC_LN)
-        if not (torch.equal(params["weight"].detach(), torch.ones(d)) and torch.equal(params["bias"].detach(), torch.zeros(d))):
+            raise CheckFailed(
+                f"LayerNorm({d}) should have exactly the parameters weight and bias of shape ({d},)",
+                details=[f"got {[(n, tuple(p.shape)) for n, p in params.items()]}"],
+                reread=visible.SEC_LN,
+            )
+        if not (
+            torch.equal(params["weight"].detach(), torch.ones(d))
+            and torch.equal(params["bias"].detach(), torch.zeros(d))
+        ):
             raise CheckFailed("LayerNorm should start at weight = 1, bias = 0", reread=visible.SEC_LN)
         if getattr(ln, "eps", None) != eps:
             raise CheckFailed(f"LayerNorm({d}, eps={eps}) does not keep eps in self.eps", reread=visible.SEC_LN)
@@ -80,7 +86,9 @@ def layernorm_values(LayerNorm, g) -> None:
         lead = tuple(randint(g, 1, 5) for _ in range(randint(g, 1, 3)))
         d = randint(g, 2, 50)
         ln, w, b = _ln(LayerNorm, d, 1e-5, g)
-        x = torch.randn(lead + (d,), generator=g) * (0.5 + 4 * float(torch.rand(1, generator=g))) + 3 * float(torch.randn(1, generator=g))
+        x = torch.randn(lead + (d,), generator=g) * (0.5 + 4 * float(torch.rand(1, generator=g))) + 3 * float(
+            torch.randn(1, generator=g)
+        )
         _ln_expect(ln, w, b, 1e-5, x, f"x {tuple(x.shape)}")
 
 
@@ -117,11 +125,15 @@ def feedforward_structure(FeedForward, g) -> None:
                               reread=visible.SEC_FFN)
         if p and not any(isinstance(m, nn.Dropout) and abs(m.p - p) < 1e-12 for m in ff.modules()):
             raise CheckFailed(f"FeedForward(..., dropout={p}) has no nn.Dropout({p})", reread=visible.SEC_FFN)
-        visible.ffn_dropout_placement(FeedForward, D, d_ff, torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g))
+        visible.ffn_dropout_placement(
+            FeedForward, D, d_ff, torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g)
+        )
         ff = visible._make(FeedForward, D, d_ff, name="FeedForward", reread=visible.SEC_FFN)
         x = torch.randn(randint(g, 1, 3), randint(g, 1, 6), D, generator=g)
         with torch.no_grad():
-            if not close(call(ff.train(), x, name="FeedForward.forward"), call(ff.eval(), x, name="FeedForward.forward")):
+            if not close(
+                call(ff.train(), x, name="FeedForward.forward"), call(ff.eval(), x, name="FeedForward.forward")
+            ):
                 raise CheckFailed(f"FeedForward({D}, {d_ff}) without a dropout argument drops values in train mode",
                                   hint=visible.DEFAULT_DROPOUT, reread=visible.SEC_FFN)
 
@@ -230,9 +242,11 @@ def block_param_count(block_param_count, g) -> None:
     D, d_ff = randint(g, 1, 300), randint(g, 1, 900)
     got = call(block_param_count, D, d_ff, name="block_param_count", reread=visible.SEC_PARAMS)
     if as_int(got) != visible.param_count_reference(D, d_ff, True):
-        raise CheckFailed(f"block_param_count({D}, {d_ff}) = {got!r}, expected {visible.param_count_reference(D, d_ff, True)}",
-                          hint="bias=True is the default: without a bias argument the linear layers' biases count",
-                          reread=visible.SEC_PARAMS)
+        raise CheckFailed(
+            f"block_param_count({D}, {d_ff}) = {got!r}, expected {visible.param_count_reference(D, d_ff, True)}",
+            hint="bias=True is the default: without a bias argument the linear layers' biases count",
+            reread=visible.SEC_PARAMS,
+        )
 
 
 def _loader(fn, norm_first, g):

@@ -138,7 +138,12 @@ def _model_cases(cls, g, n_cases):
     for _ in range(n_cases):
         H = randint(g, 1, 4)
         D = H * randint(g, 4, 8)
-        src_vocab, tgt_vocab, pad_id, max_len = randint(g, 6, 30), randint(g, 6, 30), randint(g, 0, 3), randint(g, 8, 20)
+        src_vocab, tgt_vocab, pad_id, max_len = (
+            randint(g, 6, 30),
+            randint(g, 6, 30),
+            randint(g, 0, 3),
+            randint(g, 8, 20),
+        )
         torch.manual_seed(randint(g, 10_000, 10_000_000))
         model = call(cls, src_vocab, tgt_vocab, d_model=D, n_heads=H, d_ff=randint(g, 8, 64),
                      n_layers=randint(g, 1, 2), max_len=max_len, pad_id=pad_id, name="Seq2SeqTransformer",

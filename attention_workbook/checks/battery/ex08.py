@@ -134,16 +134,26 @@ def gpt_forward(GPT, g) -> None:
         idx, targets = torch.randint(V, (B, T), generator=g), torch.randint(V, (B, T), generator=g)
         logits, loss = _fwd(model, idx)
         if tuple(logits.shape) != (B, T, V) or loss is not None:
-            raise CheckFailed("GPT.forward without targets must give logits (B, T, V) and loss None",
-                              reread=visible.SEC_MODEL, details=[f"case: {cfg}, idx ({B}, {T}); got {tuple(logits.shape)}"])
+            raise CheckFailed(
+                "GPT.forward without targets must give logits (B, T, V) and loss None",
+                reread=visible.SEC_MODEL,
+                details=[f"case: {cfg}, idx ({B}, {T}); got {tuple(logits.shape)}"],
+            )
         logits, loss = _fwd(model, idx, targets)
         want = F.cross_entropy(logits.detach().double().reshape(B * T, V), targets.reshape(B * T))
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not close(loss.detach().double().reshape(()), want, atol=1e-4):
+        if (
+            not isinstance(loss, torch.Tensor)
+            or loss.numel() != 1
+            or not close(loss.detach().double().reshape(()), want, atol=1e-4)
+        ):
             raise CheckFailed("the loss is not the mean cross-entropy of the logits against the targets",
                               reread=visible.SEC_MODEL, details=[f"case: {cfg}, idx ({B}, {T}); tolerance 1e-4"])
         if abs(loss.item() - math.log(V)) > 0.35:
-            raise CheckFailed("the loss at initialisation is far from ln(vocab_size)", reread=visible.SEC_MODEL,
-                              details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"])
+            raise CheckFailed(
+                "the loss at initialisation is far from ln(vocab_size)",
+                reread=visible.SEC_MODEL,
+                details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"],
+            )
     cfg = _config(g)
     visible.gpt_dropout(GPT, vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
                         n_head=cfg["n_head"], d_model=cfg["d_model"], B=randint(g, 1, 3),

@@ -38,7 +38,9 @@ def online_softmax_edge(online_softmax, g) -> None:
         x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 20) + 400 * randint(g, 0, 2)
         if n > block:
             x[..., :block] = float("-inf")
-        visible._online_case(online_softmax, x, block, f"random x {tuple(x.shape)} (partial blocks, -inf, large values)")
+        visible._online_case(
+            online_softmax, x, block, f"random x {tuple(x.shape)} (partial blocks, -inf, large values)"
+        )
 
 
 def _qkv(g):
@@ -56,8 +58,13 @@ def tiled_attention_values(tiled_attention, g) -> None:
     block = randint(g, 3, 6)                  # d <= block; Tq > 2 max(d, dv); Tk > 2 block
     d, dv, lead = randint(g, 2, block), randint(g, 1, 6), _lead(g)
     Tq, Tk = 2 * max(d, dv) + randint(g, 2, 8), block * randint(g, 3, 6) + randint(g, 0, block - 1)
-    visible.tiled_memory(tiled_attention, torch.randn(*lead, Tq, d, generator=g), torch.randn(*lead, Tk, d, generator=g),
-                         torch.randn(*lead, Tk, dv, generator=g), block)
+    visible.tiled_memory(
+        tiled_attention,
+        torch.randn(*lead, Tq, d, generator=g),
+        torch.randn(*lead, Tk, d, generator=g),
+        torch.randn(*lead, Tk, dv, generator=g),
+        block,
+    )
 
 
 def tiled_attention_mask(tiled_attention, g) -> None:

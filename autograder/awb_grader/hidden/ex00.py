@@ -95,8 +95,10 @@ def split_last_shape(split_last) -> None:
         x = torch.randn(*lead, n * hs, generator=g)
         out = _tensor(call(split_last, x, n, name="split_last"), "split_last")
         if tuple(out.shape) != (*lead, n, hs):
-            raise CheckFailed("hidden test: split_last has the wrong shape",
-                              details=[f"case: x {tuple(x.shape)}, n={n}; expected {(*lead, n, hs)}, got {tuple(out.shape)}"])
+            raise CheckFailed(
+                "hidden test: split_last has the wrong shape",
+                details=[f"case: x {tuple(x.shape)}, n={n}; expected {(*lead, n, hs)}, got {tuple(out.shape)}"],
+            )
 
 
 def split_last_values(split_last) -> None:
@@ -122,7 +124,9 @@ def split_last_error(split_last) -> None:
         except ValueError:
             continue
         except Exception as e:  # noqa: BLE001
-            raise CheckFailed(f"hidden test: split_last(D={D}, n={n}) raised {type(e).__name__}, not ValueError") from None
+            raise CheckFailed(
+                f"hidden test: split_last(D={D}, n={n}) raised {type(e).__name__}, not ValueError"
+            ) from None
         raise CheckFailed(f"hidden test: split_last(D={D}, n={n}) did not raise ValueError")
     x = torch.randn(2, 12, generator=g)     # divisible: must not raise
     out = _tensor(call(split_last, x, 4, name="split_last"), "split_last")
@@ -156,8 +160,10 @@ def batched_outer_shape(batched_outer) -> None:
         out = _tensor(call(batched_outer, torch.randn(B, m, generator=g), torch.randn(B, n, generator=g),
                            name="batched_outer"), "batched_outer")
         if tuple(out.shape) != (B, m, n):
-            raise CheckFailed("hidden test: batched_outer has the wrong shape",
-                              details=[f"case: a ({B}, {m}), b ({B}, {n}); expected ({B}, {m}, {n}), got {tuple(out.shape)}"])
+            raise CheckFailed(
+                "hidden test: batched_outer has the wrong shape",
+                details=[f"case: a ({B}, {m}), b ({B}, {n}); expected ({B}, {m}, {n}), got {tuple(out.shape)}"],
+            )
 
 
 def batched_outer_values(batched_outer) -> None:

@@ -330,15 +330,25 @@ def einsum_values(einsum_attention) -> None:
     g = rng(413)
     for _ in range(4):
         B = randint(g, 1, 4)
-        _einsum_case(einsum_attention, g, (B,), randint(g, 1, 7), randint(g, 1, 9), randint(g, 2, 24), randint(g, 1, 10))
+        _einsum_case(
+            einsum_attention, g, (B,), randint(g, 1, 7), randint(g, 1, 9), randint(g, 2, 24), randint(g, 1, 10)
+        )
 
 
 def einsum_batch_dims(einsum_attention) -> None:
     g = rng(414)
     for n_batch in (0, 2, 3):
         batch = tuple(randint(g, 1, 3) for _ in range(n_batch))
-        _einsum_case(einsum_attention, g, batch, randint(g, 1, 6), randint(g, 1, 7), randint(g, 2, 16), randint(g, 1, 8),
-                     case=f"{n_batch} batch axes,")
+        _einsum_case(
+            einsum_attention,
+            g,
+            batch,
+            randint(g, 1, 6),
+            randint(g, 1, 7),
+            randint(g, 2, 16),
+            randint(g, 1, 8),
+            case=f"{n_batch} batch axes,",
+        )
 
 
 def einsum_mask(einsum_attention) -> None:
@@ -361,7 +371,9 @@ def _head(cls, d_model, d_head):
     for name in ("W_q", "W_k", "W_v"):
         lin = A.submodule(head, name) or {}
         if lin.get("kind") != "Linear" or lin["bias"] or (lin["out_features"], lin["in_features"]) != (d_head, d_model):
-            raise CheckFailed(f"hidden test: SelfAttentionHead.{name} is not nn.Linear({d_model}, {d_head}, bias=False)")
+            raise CheckFailed(
+                f"hidden test: SelfAttentionHead.{name} is not nn.Linear({d_model}, {d_head}, bias=False)"
+            )
     return head, ("W_q", "W_k", "W_v")
 
 
@@ -394,7 +406,9 @@ def _head_case(cls, g, mask_kind=None):
         with forbid(builtin_attention(), NO_BUILTIN_ATTENTION):
             out = call(head, x, mask, name="SelfAttentionHead.forward")
         want = F.scaled_dot_product_attention(F.linear(x, wq), F.linear(x, wk), F.linear(x, wv), attn_mask=mask)
-    desc = f"x {tuple(x.shape)}, d_head={d_head}" + (f", {mask_kind} mask {tuple(mask.shape)}" if mask is not None else "")
+    desc = f"x {tuple(x.shape)}, d_head={d_head}" + (
+        f", {mask_kind} mask {tuple(mask.shape)}" if mask is not None else ""
+    )
     if not isinstance(out, torch.Tensor):
         raise CheckFailed("hidden test: SelfAttentionHead.forward must return one tensor (B, T, d_head)",
                           details=[f"case: {desc}"])

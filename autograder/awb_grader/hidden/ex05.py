@@ -55,7 +55,9 @@ def loop_oracle(ref: nn.MultiheadAttention, x, kv=None, mask=None):
     D, H = ref.embed_dim, ref.num_heads
     Dh = D // H
     W, Wo = ref.in_proj_weight.detach().double(), ref.out_proj.weight.detach().double()
-    b_in = ref.in_proj_bias.detach().double() if ref.in_proj_bias is not None else torch.zeros(3 * D, dtype=torch.float64)
+    b_in = (
+        ref.in_proj_bias.detach().double() if ref.in_proj_bias is not None else torch.zeros(3 * D, dtype=torch.float64)
+    )
     b_o = ref.out_proj.bias.detach().double() if ref.out_proj.bias is not None else torch.zeros(D, dtype=torch.float64)
     B, T, S = x.size(0), x.size(1), kv.size(1)
     m = None if mask is None else torch.broadcast_to(mask, (B, H, T, S))

@@ -56,8 +56,10 @@ def sinusoidal_shape(sinusoidal_positions) -> None:
         T, d = randint(g, 1, 40), 2 * randint(g, 1, 24)
         pe = call(sinusoidal_positions, T, d, name="sinusoidal_positions")
         if not isinstance(pe, torch.Tensor) or tuple(pe.shape) != (T, d) or not pe.is_floating_point():
-            raise CheckFailed(f"hidden test: sinusoidal_positions({T}, {d}) should be a float tensor of shape ({T}, {d})",
-                              details=[f"got {type(pe).__name__} {tuple(getattr(pe, 'shape', ()))}"])
+            raise CheckFailed(
+                f"hidden test: sinusoidal_positions({T}, {d}) should be a float tensor of shape ({T}, {d})",
+                details=[f"got {type(pe).__name__} {tuple(getattr(pe, 'shape', ()))}"],
+            )
 
 
 def sinusoidal_values(sinusoidal_positions) -> None:
@@ -104,9 +106,14 @@ def layernorm_params(LayerNorm) -> None:
         ln = _new(LayerNorm, d, eps=eps, name="LayerNorm")
         params = A.params(ln)
         if set(params) != {"weight", "bias"} or any(tuple(p.shape) != (d,) for p in params.values()):
-            raise CheckFailed(f"hidden test: LayerNorm({d}) should have exactly the parameters weight and bias of shape ({d},)",
-                              details=[f"got {[(n, tuple(p.shape)) for n, p in params.items()]}"])
-        if not (torch.equal(params["weight"].detach(), torch.ones(d)) and torch.equal(params["bias"].detach(), torch.zeros(d))):
+            raise CheckFailed(
+                f"hidden test: LayerNorm({d}) should have exactly the parameters weight and bias of shape ({d},)",
+                details=[f"got {[(n, tuple(p.shape)) for n, p in params.items()]}"],
+            )
+        if not (
+            torch.equal(params["weight"].detach(), torch.ones(d))
+            and torch.equal(params["bias"].detach(), torch.zeros(d))
+        ):
             raise CheckFailed("hidden test: LayerNorm should start at weight = 1, bias = 0")
         if A.get(ln, "eps", None) != eps:
             raise CheckFailed(f"hidden test: LayerNorm({d}, eps={eps}) does not keep eps in self.eps")
@@ -118,12 +125,16 @@ def layernorm_values(LayerNorm) -> None:
         lead = tuple(randint(g, 1, 5) for _ in range(randint(g, 1, 3)))
         d = randint(g, 2, 48)
         ours, ref = _ln_pair(LayerNorm, d, 1e-5, g)
-        x = torch.randn(lead + (d,), generator=g) * (0.5 + 4 * torch.rand(1, generator=g)) + 2 * torch.randn(1, generator=g)
+        x = torch.randn(lead + (d,), generator=g) * (0.5 + 4 * torch.rand(1, generator=g)) + 2 * torch.randn(
+            1, generator=g
+        )
         out = _ln_call(ours, x)
         with torch.no_grad():
             want = ref(x)
         if not close(out, want):
-            fail_values("LayerNorm(x) vs nn.LayerNorm with the same weights", out, want, f"x of shape {tuple(x.shape)}", TOL)
+            fail_values(
+                "LayerNorm(x) vs nn.LayerNorm with the same weights", out, want, f"x of shape {tuple(x.shape)}", TOL
+            )
 
 
 def layernorm_eps(LayerNorm) -> None:
@@ -162,7 +173,9 @@ def feedforward_structure(FeedForward) -> None:
             raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) should map {D} -> {d_ff} -> {D}")
         n = sum(q.numel() for q in A.params(ff).values())
         if n != 2 * D * d_ff + d_ff + D:
-            raise CheckFailed(f"hidden test: FeedForward({D}, {d_ff}) has {n} parameters, expected {2 * D * d_ff + d_ff + D}")
+            raise CheckFailed(
+                f"hidden test: FeedForward({D}, {d_ff}) has {n} parameters, expected {2 * D * d_ff + d_ff + D}"
+            )
         if p and not any(m["kind"] == "Dropout" and abs(m["p"] - p) < 1e-12 for m in A.describe(ff)):
             raise CheckFailed(f"hidden test: FeedForward(..., dropout={p}) has no nn.Dropout({p})")
         # train mode, p = 1: dropout on the output gives 0; right after the ReLU (accepted), linear2's bias
@@ -240,9 +253,16 @@ def load_reference_parts(block, parts: dict, what: str) -> None:
 
 
 def _load_encoder_layer(block, layer):
-    load_reference_parts(block, {"attn": ("mha", layer.self_attn), "ff": ("feed_forward", (layer.linear1, layer.linear2)),
-                                 "ln1": ("layer_norm", layer.norm1), "ln2": ("layer_norm", layer.norm2)},
-                         "TransformerBlock")
+    load_reference_parts(
+        block,
+        {
+            "attn": ("mha", layer.self_attn),
+            "ff": ("feed_forward", (layer.linear1, layer.linear2)),
+            "ln1": ("layer_norm", layer.norm1),
+            "ln2": ("layer_norm", layer.norm2),
+        },
+        "TransformerBlock",
+    )
 
 
 def _block_vs_torch(cls, pre_ln, seed, with_mask, is_causal=False):
@@ -340,9 +360,14 @@ def _block_defaults(cls, seed):
         want = layer(x)
         out = call(block, x, name="TransformerBlock.forward")
     if not isinstance(out, torch.Tensor) or not close(out, want, atol=1e-5, rtol=1e-5):
-        fail_values("TransformerBlock(d_model, n_heads, d_ff) (defaults: pre_ln=True, dropout=0.0) in train mode vs "
-                    "nn.TransformerEncoderLayer(norm_first=True)", out if isinstance(out, torch.Tensor) else torch.zeros(0),
-                    want, f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}", TORCH_TOL)
+        fail_values(
+            "TransformerBlock(d_model, n_heads, d_ff) (defaults: pre_ln=True, dropout=0.0) in train mode vs "
+            "nn.TransformerEncoderLayer(norm_first=True)",
+            out if isinstance(out, torch.Tensor) else torch.zeros(0),
+            want,
+            f"B={B}, T={T}, D={D}, H={H}, d_ff={d_ff}",
+            TORCH_TOL,
+        )
 
 
 def block_pre_ln(TransformerBlock) -> None:

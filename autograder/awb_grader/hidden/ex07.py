@@ -68,7 +68,9 @@ def _decoder_cases(cls, seed, n_cases, masks):
             fail_values("DecoderBlock(x, memory)", out if isinstance(out, torch.Tensor) else torch.zeros(0), want,
                         case_txt, TORCH_TOL)
         if not close(out, want, atol=1e-5, rtol=1e-5):
-            fail_values("DecoderBlock vs nn.TransformerDecoderLayer with the same weights", out, want, case_txt, TORCH_TOL)
+            fail_values(
+                "DecoderBlock vs nn.TransformerDecoderLayer with the same weights", out, want, case_txt, TORCH_TOL
+            )
         yield block, x, memory
 
 
@@ -81,7 +83,9 @@ def decoder_shapes(DecoderBlock) -> None:
         B, T, S = randint(g, 1, 4), randint(g, 1, 9), randint(g, 1, 9)
         block = A.train(A.new(DecoderBlock, D, H, randint(g, 1, 30), name="DecoderBlock"), False)
         with torch.no_grad():
-            out = call(block, torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g), name="DecoderBlock.forward")
+            out = call(
+                block, torch.randn(B, T, D, generator=g), torch.randn(B, S, D, generator=g), name="DecoderBlock.forward"
+            )
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, T, D):
             raise CheckFailed(f"hidden test: DecoderBlock output shape for x ({B}, {T}, {D}), memory ({B}, {S}, {D})",
                               details=[f"expected {(B, T, D)}, got {tuple(getattr(out, 'shape', ()))}"])
@@ -243,9 +247,11 @@ def seq2seq_padding(Seq2SeqTransformer) -> None:
     src, tgt = _tok(g, (B, S), sv, 0), _tok(g, (B, T), tv, 0)
     a, b = _logits(model, src, tgt), _logits(model, torch.cat([src, torch.zeros(B, 32 - S, dtype=torch.long)], 1), tgt)
     if tuple(a.shape) != (B, T, tv) or not bool(torch.isfinite(a).all()) or not close(a, b):
-        raise CheckFailed("hidden test: Seq2SeqTransformer(src_vocab, tgt_vocab) with the default arguments (max_len=32, "
-                          "pad_id=0): logits (B, T, tgt_vocab), and padding the source with 0 changes nothing",
-                          details=[f"case: src_vocab={sv}, tgt_vocab={tv}, S={S}, T={T}"])
+        raise CheckFailed(
+            "hidden test: Seq2SeqTransformer(src_vocab, tgt_vocab) with the default arguments (max_len=32, "
+            "pad_id=0): logits (B, T, tgt_vocab), and padding the source with 0 changes nothing",
+            details=[f"case: src_vocab={sv}, tgt_vocab={tv}, S={S}, T={T}"],
+        )
     spelled = A.train(A.new(Seq2SeqTransformer, sv, tv, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=32,
                             pad_id=0, name="Seq2SeqTransformer", seed=775), False)
     ours, theirs = A.params(model), A.params(spelled)

@@ -169,13 +169,19 @@ def gpt_forward(GPT) -> None:
             raise CheckFailed("hidden test: GPT.forward with targets must still give logits (B, T, V)",
                               details=[f"case: {cfg}, idx ({B}, {T}); got {tuple(logits.shape)}"])
         want = F.cross_entropy(logits.double().reshape(B * T, V), targets.reshape(B * T))
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not close(loss.double().reshape(()), want, atol=1e-4):
+        if (
+            not isinstance(loss, torch.Tensor)
+            or loss.numel() != 1
+            or not close(loss.double().reshape(()), want, atol=1e-4)
+        ):
             raise CheckFailed("hidden test: the loss is not the mean cross-entropy of the logits against the targets",
                               details=[f"case: {cfg}, idx ({B}, {T}); tolerance 1e-4"])
         # at initialisation every symbol is about equally likely
         if abs(loss.item() - math.log(V)) > 0.35:
-            raise CheckFailed("hidden test: the loss at initialisation is far from ln(vocab_size)",
-                              details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"])
+            raise CheckFailed(
+                "hidden test: the loss at initialisation is far from ln(vocab_size)",
+                details=[f"case: {cfg}: loss {loss.item():.3f}, ln V = {math.log(V):.3f}, tolerance 0.35"],
+            )
     _gpt_dropout(GPT, g, seed=7)
     _gpt_given(GPT, g, seed=8)
 
@@ -186,7 +192,9 @@ def _gpt_given(GPT, g, seed):
     cfg = {k: v for k, v in _config(g).items() if k != "dropout"}
     model = A.new(GPT, name="GPT", seed=seed, **cfg)
     if A.get(model, "block_size", None) != cfg["block_size"]:
-        raise CheckFailed("hidden test: GPT(...).block_size is not the block_size it was given", details=[f"case: {cfg}"])
+        raise CheckFailed(
+            "hidden test: GPT(...).block_size is not the block_size it was given", details=[f"case: {cfg}"]
+        )
     weights = A.params(model)
     for m in A.describe(model):
         if m["kind"] not in ("Linear", "Embedding") or f"{m['path']}.weight" not in weights:
@@ -397,8 +405,15 @@ def generate_sampling(generate) -> None:
         base = torch.randn(V, generator=g) * 1.5
         temp = [1.0, 0.7, 1.6][case]
         k = randint(g, 2, V - 1) if case else None
-        out = _gen(generate, A.make("ex08.stub", base, 4), torch.zeros(N, 1, dtype=torch.long), 1, temperature=temp, top_k=k,
-                   generator=torch.Generator().manual_seed(case))
+        out = _gen(
+            generate,
+            A.make("ex08.stub", base, 4),
+            torch.zeros(N, 1, dtype=torch.long),
+            1,
+            temperature=temp,
+            top_k=k,
+            generator=torch.Generator().manual_seed(case),
+        )
         freq = torch.bincount(out[:, -1], minlength=V).double() / N
         want = base.double() / temp
         if k is not None:
