@@ -798,6 +798,10 @@ def generate_cached_equal(generate_cached) -> None:
     other = tiny_gpt(1, vocab_size=17, block_size=16, n_layer=3, n_head=2, d_model=16)
     _compare_generation(generate_cached, other, torch.randint(17, (2, 6), generator=g), 10,
                         "GPT(17, 16, n_layer=3, n_head=2, d_model=16), prompt (2, 6), up to block_size")
+    _compare_generation(generate_cached, model, torch.randint(23, (2, 2), generator=g), 9, "a two-token prompt (2, 2)")
+    single = tiny_gpt(3, n_layer=1)
+    _compare_generation(generate_cached, single, torch.randint(23, (2, 4), generator=g), 8,
+                        "GPT(23, 24, n_layer=1, n_head=4, d_model=32): one block, prompt (2, 4)")
     passed("generate_cached: the same tokens as generate with the same seed (batches, temperature, top_k)")
 
 
@@ -805,11 +809,15 @@ class _Recorder:
     """Counts the tokens each call of the embedding and of every block's first LayerNorm sees."""
 
     def __init__(self, model):
-        self.emb, self.ln, self.full = [], [], 0
+        self.emb, self.ln, self.full, self.grad = [], [], 0, False
         self.handles = [model.tok_emb.register_forward_hook(lambda m, a, o: self.emb.append(a[0].shape[-1])),
                         model.register_forward_hook(lambda m, a, o: self._full())]
         for b in model.blocks:
-            self.handles.append(b.ln1.register_forward_hook(lambda m, a, o: self.ln.append(a[0].shape[-2])))
+            self.handles.append(b.ln1.register_forward_hook(lambda m, a, o: self._ln(a[0].shape[-2])))
+
+    def _ln(self, width):
+        self.ln.append(width)
+        self.grad = self.grad or torch.is_grad_enabled()
 
     def _full(self):
         self.full += 1
@@ -836,6 +844,10 @@ def generate_cached_steps(generate_cached) -> None:
         raise CheckFailed("generate_cached never called a block's ln1 layer", reread=SEC_CACHE,
                           hint="run each block as section 6 shows: its ln1 layer, attention with the cache, the residual; "
                                 "then ln2, ff and the residual")
+    if rec.grad:
+        raise CheckFailed("generate_cached runs the blocks with gradients enabled", reread=SEC_CACHE,
+                          hint="decorate generate_cached with @torch.no_grad() (the exercise asks for it): sampling "
+                               "needs no gradients, and recording them for every step wastes memory")
     L = len(model.blocks)
     per_call = [rec.ln[i:i + L] for i in range(0, len(rec.ln), L)]
     widths = [c[0] for c in per_call]

@@ -427,3 +427,24 @@ MISTAKES += [
         must_fail=("test_tiled_attention_values",), hint="is the default the signature gives",
         label="default block 17"),
 ]
+
+# surviving mutants of the solution (tools/mutation.py, issue 24): generate_cached
+MISTAKES += [
+    Mistake(
+        id="cache_with_gradients", cell="generate_cached",
+        description="generate_cached without @torch.no_grad(): the right tokens, every step records gradients",
+        source=edit(A, "generate_cached", ("@torch.no_grad()\n", "")),
+        must_fail=("test_generate_cached_steps",), hint="@torch.no_grad()", label="cache records gradients"),
+    Mistake(
+        id="cache_past_from_layer_1", cell="generate_cached",
+        description="the number of cached positions read from the second layer's cache: right for two layers "
+                    "or more, an IndexError for a one-block GPT",
+        source=edit(A, "generate_cached", ("cache[0][0].shape[2]", "cache[1][0].shape[2]")),
+        must_fail=("test_generate_cached_equal",), hint=None, label="cache length from layer 1"),
+    Mistake(
+        id="cache_prompt_causal_from_3", cell="generate_cached",
+        description="the prompt read causally only from three tokens on: a two-token prompt's first position "
+                    "sees the second, and the deeper layers cache keys that know the future",
+        source=edit(A, "generate_cached", ("is_causal=(past == 0 and t > 1)", "is_causal=(past == 0 and t > 2)")),
+        must_fail=("test_generate_cached_equal",), hint="two-token prompt", label="two-token prompt not causal"),
+]

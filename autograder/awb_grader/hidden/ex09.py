@@ -350,8 +350,12 @@ def _recording_gpt(cfg: dict, seed: int):
     from attention_workbook.checks.ex09 import tiny_gpt
 
     model = tiny_gpt(seed, **cfg)                                  # sharp attention: every position matters
-    model.fed, model.full_calls = [], [0]
-    model.blocks[0].ln1.register_forward_hook(lambda mod, a, o: model.fed.append(int(a[0].shape[-2])))
+    model.fed, model.full_calls, model.grad_seen = [], [0], [False]
+
+    def fed(mod, a, o):
+        model.fed.append(int(a[0].shape[-2]))
+        model.grad_seen[0] = model.grad_seen[0] or torch.is_grad_enabled()
+    model.blocks[0].ln1.register_forward_hook(fed)
     model.register_forward_hook(lambda mod, a, o: model.full_calls.__setitem__(0, model.full_calls[0] + 1))
     return model
 
@@ -362,14 +366,14 @@ def _config(g):
                 n_head=H, d_model=H * 4 * randint(g, 1, 3))
 
 
-def _gen_case(fn, g, seed, **kw):
+def _gen_case(fn, g, seed, over=None, T=None, **kw):
     from attention_workbook.gpt import generate
 
-    cfg = _config(g)
+    cfg = {**_config(g), **(over or {})}
     model = A.make("ex09.gpt", cfg, seed)
     oracle = _recording_gpt(cfg, seed)                              # the same weights, here
-    B, T = randint(g, 1, 3), randint(g, 2, cfg["block_size"] - 2)
-    n = randint(g, 1, cfg["block_size"] - T)
+    B, T = randint(g, 1, 3), randint(g, 2, cfg["block_size"] - 2) if T is None else T
+    n = randint(g, 1 if T > 2 else 4, cfg["block_size"] - T)        # (a short prompt: its keys matter later on)
     idx = torch.randint(cfg["vocab_size"], (B, T), generator=g)
     out = call(fn, model, idx.clone(), n, generator=torch.Generator().manual_seed(seed), name="generate_cached", **kw)
     want = generate(oracle, idx.clone(), n, generator=torch.Generator().manual_seed(seed), **kw)
@@ -381,8 +385,9 @@ def _gen_case(fn, g, seed, **kw):
 def generate_cached_equal(generate_cached) -> None:
     own_code(generate_cached, "generate_cached")
     g = rng(910)
-    for case in range(4):
-        kw = [{}, {"top_k": 4}, {"temperature": 0.8}, {"temperature": 1.3, "top_k": 2}][case]
+    for case in range(6):     # the last two: a one-block GPT, and a two-token prompt
+        kw = [{}, {"top_k": 4}, {"temperature": 0.8}, {"temperature": 1.3, "top_k": 2}, {"over": {"n_layer": 1}},
+              {"T": 2, "over": {"n_layer": 2, "n_head": 4, "d_model": 32}}][case]
         _, out, want, desc, _ = _gen_case(generate_cached, g, 20 + case, **kw)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape) or not torch.equal(out, want):
             raise CheckFailed("hidden test: generate_cached differs from the uncached generate with the same seed",
@@ -396,6 +401,9 @@ def generate_cached_steps(generate_cached) -> None:
     for case in range(2):
         model, out, want, desc, (T, n) = _gen_case(generate_cached, g, 40 + case)
         fed, full = A.get(model, "fed"), A.get(model, "full_calls")[0]
+        if A.get(model, "grad_seen")[0]:
+            raise CheckFailed("hidden test: generate_cached runs the blocks with gradients enabled (use "
+                              "@torch.no_grad())", details=[f"case: {desc}"])
         ok = full == 0 and fed[:1] == [T] and all(w == 1 for w in fed[1:]) and len(fed) in (n, n + 1)
         if not ok:
             raise CheckFailed("hidden test: generate_cached does not read the prompt once and then one token per step",
