@@ -168,6 +168,12 @@ def generate_cached_equal(generate_cached, g) -> None:
         kw = [{}, {"top_k": 3}, {"temperature": 0.8, "top_k": 5}][case]
         visible._compare_generation(generate_cached, model, torch.randint(cfg["vocab_size"], (B, T), generator=g), n,
                                     f"random GPT{tuple(cfg.values())}, prompt ({B}, {T}), {n} tokens", **kw)
+    for n_layer, T in ((1, randint(g, 2, 6)), (randint(g, 2, 3), 2)):       # one block; a two-token prompt
+        cfg = {**_config(g), "n_layer": n_layer, "n_head": 4, "d_model": 32}
+        n = randint(g, 4, cfg["block_size"] - T)
+        visible._compare_generation(generate_cached, visible.tiny_gpt(randint(g, 0, 999), **cfg),
+                                    torch.randint(cfg["vocab_size"], (2, T), generator=g), n,
+                                    f"random GPT{tuple(cfg.values())}, prompt (2, {T}), {n} tokens")
 
 
 def generate_cached_steps(generate_cached, g) -> None:
@@ -181,6 +187,9 @@ def generate_cached_steps(generate_cached, g) -> None:
                             generator=torch.Generator().manual_seed(1))
     finally:
         rec.remove()
+    if rec.grad:
+        raise CheckFailed("generate_cached runs the blocks with gradients enabled", reread=visible.SEC_CACHE,
+                          hint="decorate generate_cached with @torch.no_grad() (the exercise asks for it)")
     L = len(model.blocks)
     widths = [rec.ln[i] for i in range(0, len(rec.ln), L)]
     if rec.full or widths[:1] != [T] or any(w != 1 for w in widths[1:]) or len(widths) not in (n, n + 1):
