@@ -6,7 +6,13 @@ into one Python file (one ``# --- cell: NAME ---`` line before each), which a mu
 mutate; then, for each mutant, ``check`` rebuilds the learner's namespace from the notebook's
 plain cells with the (mutated) answer cells in place of the solution's, runs the visible part
 of every test cell and the battery, and exits 1 when anything fails (the mutant is killed).
-Everything runs in one process per mutant, without nbgrader (a few seconds each).
+Everything runs in one process per mutant, without nbgrader (a few seconds each); ``run`` stops a
+mutant's check at its first failure, trying the mutated cell's own test cells first. ``check
+--part hidden`` (or ``both``) runs the hidden blocks instead (or too): how a new check is tried on
+the hidden side. Scores and the triage of every survivor: ``results/mutation.md``.
+
+A mutant that runs longer than ``--timeout`` seconds counts as killed: on a loaded machine a slow
+survivor can pass for killed, so measure at a low load.
 
 In-process, with mutmut 2's mutation operators (``pip install "mutmut<3"``, best into a folder
 of its own: ``--target DIR``, then ``PYTHONPATH=DIR``)::
