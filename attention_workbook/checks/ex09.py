@@ -11,7 +11,6 @@ off by one, positions restarting at 0 in the cache, ...) and names the one the o
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .core import (CheckFailed, call, close, expect_close, expect_shape, expect_tensor, first_match, forbid, guard,
+from .core import (CheckFailed, call, close, expect_shape, expect_tensor, first_match, forbid, guard,
                    max_abs_diff, passed, softmax_builtins)
 
 LECTURE = "lectures/09_attention_at_scale.ipynb"
@@ -175,7 +174,8 @@ class Watch(TorchDispatchMode):
         if name in _REDUCTIONS and ins and func._overloadname not in ("other", "binary_out", "out"):
             a = ins[0]
             names = [arg.name for arg in func._schema.arguments]
-            dim = kwargs.get("dim", args[names.index("dim")] if "dim" in names and names.index("dim") < len(args) else None)
+            at = names.index("dim") if "dim" in names else len(args)
+            dim = kwargs.get("dim", args[at] if at < len(args) else None)
             dims = range(a.dim()) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
             sizes = [a.shape[d] for d in dims] if a.dim() else [1]
             self.widest = max([self.widest, *sizes])
@@ -372,10 +372,12 @@ def tiled_memory(tiled_attention, q, k, v, block, default=False) -> None:
     _tiled(tiled_attention, q, k, v, None, block, f"q {tuple(q.shape)}, k {tuple(k.shape)}")
     watch = Watch(block)
     with watch, forbid(tiled_builtins(), NO_SDPA):
-        call(tiled_attention, q, k, v, name="tiled_attention", reread=SEC_ONLINE, **({} if default else {"block": block}))
+        call(tiled_attention, q, k, v, name="tiled_attention", reread=SEC_ONLINE,
+             **({} if default else {"block": block}))
     r = watch.report()
     full = (*q.shape[:-1], k.size(-2))
-    what = f"tiled_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}{'' if default else f', block={block}'})"
+    what = (f"tiled_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            f"{'' if default else f', block={block}'})")
     if default and r["widest"] != block:          # (a whole score matrix failed the call with a block before)
         raise CheckFailed(f"{what} without a block argument works on tiles of {r['widest']} keys", reread=SEC_ONLINE,
                           hint=f"block={block} is the default the signature gives: leave it as it is")

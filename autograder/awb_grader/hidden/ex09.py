@@ -75,8 +75,8 @@ def _one_pass(fn, x, block, case, default=False):
     if r["wide"] or r["extra_sweeps"] > 1:
         raise CheckFailed("hidden test: online_softmax is not one pass (a reduction over more than a block, or x "
                           "read in more than one sweep before the final exp(x - m) / l)",
-                          details=[f"case: {case}: " + (f"a {r['wide'][0][0]} over {tuple(r['wide'][0][1])}" if r["wide"]
-                                                        else f"{r['extra_sweeps'] + 1} sweeps")])
+                          details=[f"case: {case}: " + (f"a {r['wide'][0][0]} over {tuple(r['wide'][0][1])}"
+                                                        if r["wide"] else f"{r['extra_sweeps']} returns to the start")])
 
 
 def online_softmax_edge(online_softmax) -> None:
@@ -138,8 +138,8 @@ def tiled_attention_values(tiled_attention) -> None:
     r = _watched(block, None, run)
     if r["largest"][0] * 2 >= math.prod((*lead, Tq, Tk)) or r["wide"]:
         raise CheckFailed("hidden test: tiled_attention builds (half) the whole (..., Tq, Tk) score matrix, or reduces "
-                          "over more than block keys at once", details=[f"case: {case}: largest tensor "
-                                                                        f"{tuple(r['largest'][1])}, wide {r['wide'][:1]}"])
+                          "over more than block keys at once",
+                          details=[f"case: {case}: largest tensor {tuple(r['largest'][1])}, wide {r['wide'][:1]}"])
     Tk = 16 * randint(g, 2, 3) + randint(g, 1, 15)          # the default block=16: tiles of 16 keys
     q, k, v = torch.randn(Tq, d, generator=g), torch.randn(Tk, d, generator=g), torch.randn(Tk, dv, generator=g)
 
@@ -377,7 +377,8 @@ def _gen_case(fn, g, seed, over=None, T=None, **kw):
     idx = torch.randint(cfg["vocab_size"], (B, T), generator=g)
     out = call(fn, model, idx.clone(), n, generator=torch.Generator().manual_seed(seed), name="generate_cached", **kw)
     want = generate(oracle, idx.clone(), n, generator=torch.Generator().manual_seed(seed), **kw)
-    case = f"GPT{tuple(cfg.values())} (vocab, block_size, n_layer, n_head, d_model), prompt ({B}, {T}), {n} tokens, {kw}"
+    case = (f"GPT{tuple(cfg.values())} (vocab, block_size, n_layer, n_head, d_model), prompt ({B}, {T}), {n} tokens, "
+            f"{kw}")
     return model, out, want, case, (T, n)
 
 
