@@ -38,6 +38,9 @@ HIDDEN_CATCHES_SOME = {
 }
 HIDDEN_CATCHES_NONE = {
     "02_attention_as_lookup": {"soft_numpy_detached"},   # right values, no gradient: a visible check's finding
+    # a 33-row positions buffer: the hidden check compares parameters through the adapter (which
+    # does not carry buffers); the visible check compares parameters and buffers and loses the cell
+    "07_encoder_decoder": {"s2s_default_max_len_33"},
 }
 
 

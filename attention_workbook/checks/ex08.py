@@ -496,6 +496,17 @@ def _gen(generate, model, idx, n, **kw):
                 call(generate, model, idx[:1], n, name="generate", reread=SEC_GENERATE, **kw)
             except CheckFailed:
                 raise e from None
+            if kw.get("top_k"):
+                try:   # and for the batch without top-k: is it the top-k filter that ignores the batch?
+                    call(generate, model, idx, n, name="generate", reread=SEC_GENERATE, **{**kw, "top_k": None})
+                except CheckFailed:
+                    pass
+                else:
+                    raise CheckFailed(f"generate fails for a batch of {idx.size(0)} prompts with top_k={kw['top_k']} "
+                                      f"(it works for one, and for the batch without top_k): {e.title}",
+                                      reread=SEC_GENERATE, student_tb=e.student_tb,
+                                      hint="take the k-th largest logit of each row with its axis kept, (B, 1), "
+                                           "so that it compares with the logits of its own row (B, V)") from None
             raise CheckFailed(f"generate fails for a batch of {idx.size(0)} prompts (it works for one): {e.title}",
                               reread=SEC_GENERATE, student_tb=e.student_tb,
                               hint="idx is a batch (B, T): work on all rows at once, one new token per row "

@@ -676,8 +676,9 @@ def sliding_window_mask_values(sliding_window_mask) -> None:
                               hint="masks are bool tensors: True = may attend")
         want = window_oracle(T, w)
         if not torch.equal(out, want):
-            name = next((n for n, c in window_variants(T, w).items() if torch.equal(out, c) and not torch.equal(c, want)),
-                        None)
+            name = next(
+                (n for n, c in window_variants(T, w).items() if torch.equal(out, c) and not torch.equal(c, want)), None
+            )
             raise CheckFailed(f"sliding_window_mask({T}, {w}) is wrong", reread=SEC_LOCAL,
                               hint=name or "query i may attend to keys i - window + 1 .. i",
                               details=["expected:"] + [str(r) for r in want.int().tolist()]
@@ -793,7 +794,9 @@ def generate_cached_equal(generate_cached) -> None:
     """Token for token the same as lecture 08's generate under one seed: batches, top_k and temperature."""
     model = tiny_gpt(0)
     g = torch.Generator().manual_seed(6)
-    _compare_generation(generate_cached, model, torch.randint(23, (3, 5), generator=g), 12, "a prompt (3, 5), 12 tokens")
+    _compare_generation(
+        generate_cached, model, torch.randint(23, (3, 5), generator=g), 12, "a prompt (3, 5), 12 tokens"
+    )
     _compare_generation(generate_cached, model, torch.randint(23, (1, 1), generator=g), 8, "a one-token prompt (1, 1)")
     _compare_generation(generate_cached, model, torch.randint(23, (2, 4), generator=g), 10,
                         "a prompt (2, 4) with temperature=0.7, top_k=3", temperature=0.7, top_k=3)
@@ -843,9 +846,12 @@ def generate_cached_steps(generate_cached) -> None:
                           hint="not cached: model(idx) runs every block on the whole text; run the pieces yourself "
                                "(tok_emb, pos_emb, each block's ln1, attention with the cache, ln2, ff; ln_f, lm_head)")
     if not rec.ln:
-        raise CheckFailed("generate_cached never called a block's ln1 layer", reread=SEC_CACHE,
-                          hint="run each block as section 6 shows: its ln1 layer, attention with the cache, the residual; "
-                                "then ln2, ff and the residual")
+        raise CheckFailed(
+            "generate_cached never called a block's ln1 layer",
+            reread=SEC_CACHE,
+            hint="run each block as section 6 shows: its ln1 layer, attention with the cache, the residual; "
+            "then ln2, ff and the residual",
+        )
     if rec.grad:
         raise CheckFailed("generate_cached runs the blocks with gradients enabled", reread=SEC_CACHE,
                           hint="decorate generate_cached with @torch.no_grad() (the exercise asks for it): sampling "

@@ -123,7 +123,9 @@ MISTAKES = [
                     "right for one prompt, wrong or an error for a batch (huggingface/transformers PR #338, "
                     "'Fix top k generation for k != 0')",
         source=edit(A, "generate", (".values[:, [-1]]", ".values[:, -1]")),
-        must_fail=("test_generate_sampling",), hint="fails for a batch", label="top-k threshold (B,)"),
+        # basics: its hidden part samples a batch with top_k
+        must_fail=("test_generate_basics", "test_generate_sampling"), hint="k-th largest logit of each row",
+        label="top-k threshold (B,)"),
     # -- contract only: right for some of the inputs the text promises, visibly wrong on the others
     Mistake(
         id="batch_own_generator", cell="get_batch",
@@ -196,7 +198,8 @@ MISTAKES = [
         description="samples from the first row's probabilities only: right for a single prompt (B = 1)",
         source=edit(A, "generate", ("torch.multinomial(probs, num_samples=1, generator=generator)",
                                     "torch.multinomial(probs[0], num_samples=1, generator=generator)[None]")),
-        must_fail=("test_generate_basics", "test_generate_sampling"), hint="batch", visible=True),
+        must_fail=("test_generate_basics", "test_generate_sampling"), hint="work on all rows at once",
+        visible=True),
 ]
 
 ALTERNATIVES = [
