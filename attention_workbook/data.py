@@ -89,7 +89,7 @@ def load_text(path: str | os.PathLike | None = None, download_timeout: float = 5
         return _check(download(cached, url, download_timeout).read_bytes(), str(cached))
     except DataUnavailable as e:
         tried.append(str(e))
-    except Exception as e:  # no internet, DNS failure, timeout, HTTP error, read-only cache ...
+    except Exception as e:  # noqa: BLE001 - no internet, DNS failure, timeout, HTTP error, read-only cache ...
         tried.append(f"download from {url} failed within {download_timeout:g} s: {type(e).__name__}: {e}")
     raise DataUnavailable(
         "Could not get tiny-shakespeare. Tried:\n  - " + "\n  - ".join(tried) +

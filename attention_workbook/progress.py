@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - tqdm always ships tqdm.notebook
 if _IN_NOTEBOOK:
     from IPython.display import display as _display
 
-    class tqdm(_notebook_tqdm):  # noqa: N801 - the name everyone imports
+    class tqdm(_notebook_tqdm):  # lower case: the name everyone imports
         """``tqdm.notebook.tqdm`` whose stored text fallback ends as the final bar."""
 
         def __init__(self, *args, **kwargs):

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from machine_info import describe  # noqa: E402
+from machine_info import describe
 
-from attention_workbook import gpt, inference  # noqa: E402
+from attention_workbook import gpt, inference
 
 
 def cache_part(lengths: list[int]) -> None:

@@ -41,11 +41,11 @@ def solution_module():
 
         nb = nbformat.read(SOLUTION, as_version=4)
         ns: dict = {}
-        exec("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F", ns)
+        exec("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F", ns)  # noqa: S102
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "code" and meta.get("solution"):
-                exec(cell.source, ns)
+                exec(cell.source, ns)  # noqa: S102 - the solution notebook's own cells
         if "MultiHeadAttention" in ns:
             return ns["MultiHeadAttention"], str(SOLUTION.relative_to(ROOT))
     return ref_mha.MultiHeadAttention, "attention_workbook/mha.py (reference, fast=False)"

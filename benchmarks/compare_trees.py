@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_info import describe, load  # noqa: E402
+from machine_info import describe, load
 
 
 def main() -> None:

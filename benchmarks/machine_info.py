@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attention_workbook.machine import describe_cpu  # noqa: E402  (the one CPU description)
+from attention_workbook.machine import describe_cpu  # the one CPU description
 
 
 def cpu_model() -> str:

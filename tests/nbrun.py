@@ -130,7 +130,7 @@ def run(assignment: str, overrides: dict[str, str] | None = None, *, only=None,
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     exec(compile(src, f"<cell {cell.gid or i}>", "exec"), ns)  # noqa: S102 - our notebooks
-            except Exception:  # noqa: BLE001 - with a wrong answer, later cells may fail too, as in a notebook
+            except Exception:  # with a wrong answer, later cells may fail too, as in a notebook
                 if not overrides:
                     raise
     return ns, results

@@ -22,7 +22,7 @@ CELLS = {cell: (args[0], check) for cell, _points, check, args in graded.TESTS[A
 def define(source: str, name: str):
     """Run a notebook cell's source as a student would (the notebook's imports in scope)."""
     ns = {"torch": torch, "nn": nn, "F": F, "math": math, "Block": gpt.Block}
-    exec(compile(source, f"<cell {name}>", "exec"), ns)
+    exec(compile(source, f"<cell {name}>", "exec"), ns)  # noqa: S102 - a test cell's own code
     obj = ns[name]
     obj.__module__ = "__main__"  # like a notebook cell (own_code rejects our package's objects)
     return obj

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow  # starts a notebook kernel
 class _GitHost(BaseHTTPRequestHandler):
     """What GitHub answers to git without credentials: 401 for a private repository, 404 else."""
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):  # the name http.server calls
         if "/private/" in self.path:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="GitHub"')

@@ -82,7 +82,7 @@ def _evaluator(modules, names):
     def value(node):
         try:
             return eval(compile(ast.Expression(node), "<lecture>", "eval"), dict(ns))
-        except Exception:  # a name the lecture defines (cfg, table, ...): left out
+        except Exception:  # noqa: BLE001 - a name the lecture defines (cfg, table, ...): left out
             return UNRESOLVED
     return value
 
@@ -106,7 +106,7 @@ def _build(make):
         warnings.simplefilter("always")
         try:
             w = make()
-        except Exception as e:  # a value the widget refuses, an unknown argument
+        except Exception as e:  # noqa: BLE001 - a value the widget refuses, an unknown argument
             w = e
     noisy = [f"{c.category.__name__}: {c.message}" for c in caught
              if issubclass(c.category, (DeprecationWarning, FutureWarning))

@@ -114,7 +114,7 @@ def _preload() -> None:
     """What this worker's first autograde imports anyway (nbgrader, nbconvert; PyTorch and the
     outside verdict's modules): while its first kernel starts, not after."""
     import nbconvert.exporters.html  # noqa: F401
-    import nbgrader.apps  # noqa: F401
+    import nbgrader.apps
     import nbgrader.preprocessors  # noqa: F401
     import torch  # noqa: F401
 
