@@ -40,3 +40,27 @@ def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
+def small_corpus(folder: Path) -> Path:
+    """A play-like text of the workbook's own (about 60 kB, letters, punctuation, line breaks): what
+    the tests that train read, through the real loader ($AWB_CORPUS), where ../shared has no corpus."""
+    import random
+
+    rng = random.Random(0)
+    names = ["ADA", "BEN", "CHLOE", "DEV", "EMMA"]
+    words = ("the of and to a in that is was he for it with as his on be at by i this had not are but "
+             "from or have an they which one you were her all she there would their we him been has when "
+             "queries keys values attention softmax head layer token weight gradient model").split()
+    lines = []
+    while sum(map(len, lines)) < 60_000:
+        lines.append(f"{rng.choice(names)}:")
+        for _ in range(rng.randint(1, 4)):
+            w = [rng.choice(words) for _ in range(rng.randint(4, 10))]
+            lines.append(" ".join(w).capitalize() + rng.choice([".", ",", "!", "?", ";"]))
+        lines.append("")
+    # every character tiny-shakespeare has, so any prompt a lecture writes can be encoded
+    lines.append(" !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "abcdefghijklmnopqrstuvwxyz")
+    p = folder / "corpus.txt"
+    p.write_text("\n".join(lines) + "\n")
+    return p

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import small_corpus
 from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,29 +25,6 @@ def test_lecture_structure(path):
     assert "What you should now be able to do" in text
     assert f"exercises/{path.stem}/{path.stem}.ipynb" in text, "ends with a pointer to its exercise"
     assert os.path.getsize(path) < 3_000_000, "keep stored outputs small"
-
-
-def _small_corpus(folder: Path) -> Path:
-    """A play-like text of the workbook's own (about 60 kB, letters, punctuation, line breaks)."""
-    import random
-
-    rng = random.Random(0)
-    names = ["ADA", "BEN", "CHLOE", "DEV", "EMMA"]
-    words = ("the of and to a in that is was he for it with as his on be at by i this had not are but "
-             "from or have an they which one you were her all she there would their we him been has when "
-             "queries keys values attention softmax head layer token weight gradient model").split()
-    lines = []
-    while sum(map(len, lines)) < 60_000:
-        lines.append(f"{rng.choice(names)}:")
-        for _ in range(rng.randint(1, 4)):
-            w = [rng.choice(words) for _ in range(rng.randint(4, 10))]
-            lines.append(" ".join(w).capitalize() + rng.choice([".", ",", "!", "?", ";"]))
-        lines.append("")
-    # every character tiny-shakespeare has, so any prompt a lecture writes can be encoded
-    lines.append(" !$&',-.3:;?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "abcdefghijklmnopqrstuvwxyz")
-    p = folder / "corpus.txt"
-    p.write_text("\n".join(lines) + "\n")
-    return p
 
 
 def _slowest_cells(nb, n=3) -> str:
@@ -75,7 +53,7 @@ def test_lecture_executes(path, record_property, tmp_path):
     if SHARED_DATA.exists():
         os.environ.setdefault("AWB_TINYSHAKESPEARE", str(SHARED_DATA))
     elif not os.environ.get("AWB_TINYSHAKESPEARE"):
-        os.environ.setdefault("AWB_CORPUS", str(_small_corpus(tmp_path)))
+        os.environ.setdefault("AWB_CORPUS", str(small_corpus(tmp_path)))
     try:
         t0 = time.perf_counter()
         NotebookClient(nb, timeout=300, kernel_name="python3",

@@ -13,15 +13,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import small_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / ".." / "shared" / "data" / "tinyshakespeare.txt"
 
 pytestmark = [
-    pytest.mark.skipif(not SHARED.is_file(), reason=f"no local tiny-shakespeare at {SHARED.resolve()}"),
     pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                        reason="this PyTorch build has no gloo backend"),
 ]
+
+
+@pytest.fixture
+def corpus_env(tmp_path_factory) -> dict:
+    """The real corpus where ../shared has it, else a small one made here (read by the same loader)."""
+    if SHARED.is_file():
+        return {"AWB_TINYSHAKESPEARE": str(SHARED.resolve())}
+    return {"AWB_CORPUS": str(small_corpus(tmp_path_factory.mktemp("corpus")))}
 
 
 def free_port() -> int:
@@ -30,8 +38,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_process_gloo_run_keeps_replicas_identical(tmp_path):
-    env = dict(os.environ, AWB_TINYSHAKESPEARE=str(SHARED.resolve()), OMP_NUM_THREADS="1",
+def test_two_process_gloo_run_keeps_replicas_identical(tmp_path, corpus_env):
+    env = dict(os.environ, **corpus_env, OMP_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={free_port()}", "-m", "attention_workbook.train", "--preset", "smoke",
@@ -54,10 +62,10 @@ def test_two_process_gloo_run_keeps_replicas_identical(tmp_path):
     assert proc.stdout.count("done: 10 steps") == 1  # only rank 0 prints
 
 
-def test_two_process_run_on_a_time_budget_stops_together(tmp_path):
+def test_two_process_run_on_a_time_budget_stops_together(tmp_path, corpus_env):
     """With a time budget rank 0's clock decides for both ranks: the same learning rates, the
     same last step, identical replicas (a rank that stopped alone would hang the other)."""
-    env = dict(os.environ, AWB_TINYSHAKESPEARE=str(SHARED.resolve()), OMP_NUM_THREADS="1",
+    env = dict(os.environ, **corpus_env, OMP_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={free_port()}", "-m", "attention_workbook.train", "--preset", "smoke",
