@@ -21,6 +21,8 @@ SHARED = ROOT / ".." / "shared" / "data" / "tinyshakespeare.txt"
 pytestmark = [
     pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                        reason="this PyTorch build has no gloo backend"),
+    # each starts two training processes: one at a time, on one worker (two cores)
+    pytest.mark.xdist_group("ddp"),
 ]
 
 
@@ -75,6 +77,7 @@ def test_two_process_run_on_a_time_budget_stops_together(tmp_path, corpus_env):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"summary_rank{r}.json").read_text()) for r in (0, 1))
+    print(r0, r1, sep="\n")  # shown when an assertion below fails
     assert r0["max_seconds"] == r1["max_seconds"] == 2
     assert r0["steps"] == r1["steps"] < 100000 and r0["train_seconds"] >= 2
     assert r0["param_checksum"] == pytest.approx(r1["param_checksum"], rel=1e-12, abs=1e-9)
