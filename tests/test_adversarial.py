@@ -21,22 +21,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("co
 BWRAP = sandbox.bwrap_works()
 
 
+def _grade(inbox, course):
+    """Exercise 04 of the cohort in ``inbox``, graded into ``course`` (the same options each time)."""
+    return cohort.run_cohort(inbox, course, ["04"], workers=2, timeout=20, feedback=False,
+                             unprotected=not BWRAP, progress=False, say=lambda *a: None)
+
+
 # session scope: xdist may interleave other modules on this worker; grade the batch once
 @pytest.fixture(scope="session")
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("adversarial")
     files = synth.adversarial_cohort(tmp / "in", EXERCISES / A / f"{A}.ipynb", REPO, sandboxed=BWRAP)
-    res = cohort.run_cohort(
-        tmp / "in",
-        tmp / "course",
-        ["04"],
-        workers=2,
-        timeout=20,
-        feedback=False,
-        unprotected=not BWRAP,
-        progress=False,
-        say=lambda *a: None,
-    )
+    res = _grade(tmp / "in", tmp / "course")
     return files, res, {r.student: r for r in res.records}
 
 
@@ -149,17 +145,7 @@ def test_gradebook_is_consistent_and_untouched(batch):
 def test_rerun_is_idempotent(batch):
     _, res, _ = batch
     before = {p: (res.root / p).read_text() for p in ("grades.csv", "flags.csv")}
-    again = cohort.run_cohort(
-        res.root.parent / "in",
-        res.root,
-        ["04"],
-        workers=2,
-        timeout=20,
-        feedback=False,
-        unprotected=not BWRAP,
-        progress=False,
-        say=lambda *a: None,
-    )
+    again = _grade(res.root.parent / "in", res.root)
     assert again.graded_now == []
     assert {p: (res.root / p).read_text() for p in before} == before
 
