@@ -163,6 +163,8 @@ def train_child(spec: dict, result: Path) -> None:
                      **{k: v for k, v in spec["overrides"].items() if k in ("compile", "dropout")}}
     cfg = presets.PRESETS[spec["preset"]].with_overrides(**overrides)
     target = spec["target"]
+    if cfg.compile:     # say why CUDA graphs were skipped, and any recompilation (it would land on the clock)
+        torch._logging.set_logs(perf_hints=True, recompiles=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     ds = char_dataset()
@@ -719,6 +721,8 @@ def t4_estimate(runs: list[dict]) -> str | None:
 def parent(args) -> None:
     import torch
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu" and not args.rehearse:
+        sys.exit("no GPU found: the real settings would train for hours on a CPU (--rehearse runs the path, tiny)")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     env = environment()
@@ -796,11 +800,11 @@ def main(argv=None) -> None:
     ap.add_argument("--max-t", type=int, default=131072, help="longest T of the attention sweep")
     ap.add_argument("--triton-file", default=None, help="exercise 10's kernel module by path, when it is not "
                                                         "attention_workbook/triton_attention.py")
-    ap.add_argument("--budget-train", type=float, default=250)
+    ap.add_argument("--budget-train", type=float, default=210)
     ap.add_argument("--budget-attention", type=float, default=50)
     ap.add_argument("--budget-kvcache", type=float, default=25)
     ap.add_argument("--budget-triton", type=float, default=45)
-    ap.add_argument("--deadline", type=float, default=400, help="seconds for everything; later parts are skipped")
+    ap.add_argument("--deadline", type=float, default=360, help="seconds for everything; later parts are skipped")
     ap.add_argument("--min-run-s", type=float, default=25, help="a training run starts only with this much left")
     ap.add_argument("--rehearse", action="store_true", help="tiny settings on any device: the path, not the figures")
     ap.add_argument("--no-compile", action="store_true", help="(rehearsal) every run without torch.compile")
