@@ -12,8 +12,8 @@ so far is kept; a measurement that was never started is recorded as "not reached
    clock). Runs, in this order: the ``h100-fast`` preset (CUDA graphs through
    ``torch.compile(mode="reduce-overhead")``, bf16, fused AdamW, the cosine ended at 800 steps),
    the ``large-gpu`` baseline without and with ``torch.compile`` (for the ratio, on the same GPU in
-   the same call), then two more candidates (``h100-fast`` with batch 256 and fewer steps; with
-   dropout 0.1). Each run stops at its first yardstick <= 1.50 (or at the end of its schedule):
+   the same call), then two more candidates (``h100-fast`` with batch 256 and fewer steps; without
+   dropout, 600 steps). Each run stops at its first yardstick <= 1.50 (or at the end of its schedule):
    the figure is the training seconds until then (compilation apart, and the crossing
    interpolated between the two measurements around it), with tokens/s and MFU over those seconds.
 2. **attention**: lecture 09's naive attention, the tiled online-softmax version
@@ -62,7 +62,9 @@ TRAIN_RUNS = {
     "large-gpu": ("large-gpu", {}, 50),
     "large-gpu-compile": ("large-gpu", {"compile": True}, 75),
     "h100-fast-b256": ("h100-fast", {"batch_size": 256, "lr": 3e-3, "max_iters": 450, "warmup_iters": 50}, 80),
-    "h100-fast-drop0.1": ("h100-fast", {"dropout": 0.1, "max_iters": 700}, 80),
+    # no dropout: fewer kernels, no random numbers inside the CUDA graphs (if recording dropout fails,
+    # this run still measures the graphs), faster early learning; the shorter cosine before it overfits
+    "h100-fast-drop0": ("h100-fast", {"dropout": 0.0, "max_iters": 600}, 80),
 }
 # the same path on a CPU in seconds: a one-layer model, a loose target the short runs reach
 REHEARSAL = {"block_size": 32, "n_layer": 1, "n_head": 2, "d_model": 32, "max_iters": 60, "warmup_iters": 5,
@@ -164,7 +166,10 @@ def train_child(spec: dict, result: Path) -> None:
     cfg = presets.PRESETS[spec["preset"]].with_overrides(**overrides)
     target = spec["target"]
     if cfg.compile:     # say why CUDA graphs were skipped, and any recompilation (it would land on the clock)
-        torch._logging.set_logs(perf_hints=True, recompiles=True)
+        try:
+            torch._logging.set_logs(perf_hints=True, recompiles=True)
+        except Exception as e:  # noqa: BLE001 - a diagnosis only: the run goes on without it
+            print(f"      (no compile logs: {type(e).__name__}: {e})", flush=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     ds = char_dataset()
@@ -646,8 +651,10 @@ def markdown(d: dict) -> str:
             elif r["kind"] == "default_kernels":
                 lines.append(f"- default SDPA at T={r['T']} launched: {', '.join(r.get('kernels') or [])}"
                              f"{r.get('error', '')}")
-            elif r["kind"] in ("stopped", "budget"):
-                lines.append(f"- {r.get('why') or r.get('note')}")
+            elif r["kind"] == "stopped":
+                lines += [f"- {m} stopped growing T: {why}" for m, why in r["why"].items()]
+            elif r["kind"] == "budget":
+                lines.append(f"- T={r['T']}: {r['note']}")
     lines += ["", "## 3. Lecture 09: the key/value cache in `generate`", ""]
     lines += [f"{r['model']}, block_size {r['block_size']}, one-token prompt, one run each.\n"
               for r in d["kvcache"] if r["kind"] == "setup"]
