@@ -507,7 +507,7 @@ def triton_child(spec: dict, result: Path) -> None:
         return
     H, Dh = 4, 64
     g = torch.Generator().manual_seed(0)
-    # 1. correct? against fp32 SDPA (math backend) on the same inputs, before any timing
+    # 1. correct? against SDPA in float64 on the same inputs, before any timing
     dtypes = [torch.bfloat16, torch.float16, torch.float32] if device.startswith("cuda") else [torch.float32]
     dtype, tol = None, {torch.bfloat16: 3e-2, torch.float16: 1e-2, torch.float32: 2e-3}
     for dt in dtypes:
