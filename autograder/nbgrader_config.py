@@ -37,10 +37,10 @@ c.OverwriteCells.add_missing_cells = True
 
 # Every autograde, whichever way it is started (nbgrader autograde, formgrader's button, the
 # cohort command), runs the student's notebook in the bubblewrap sandbox and takes points only from
-# verdicts reached outside the student's process: awb_grader/protect.py (kernel spec, kernel
+# verdicts reached outside the student's process: awb_grader/core/protect.py (kernel spec, kernel
 # manager, autograde preprocessors). Without bubblewrap it refuses, unless told the grades may be
 # unprotected (AWB_UNPROTECTED=1 or --SandboxGuard.unprotected=True).
-from awb_grader.protect import configure as _protect  # noqa: E402
+from awb_grader.core.protect import configure as _protect  # noqa: E402
 
 _protect(c)
 

@@ -101,7 +101,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from awb_grader import synth
-    from awb_grader.course import EXERCISES, Course, assignments, ensure_kernel_path
+    from awb_grader.core.course import EXERCISES, Course, assignments, ensure_kernel_path
     from awb_grader.parallel import Task, grade_parallel
     from awb_grader.variants import student_notebook
 
@@ -189,7 +189,7 @@ def main() -> None:
 
     # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): a new
     # bubblewrap-sandboxed kernel and replay per notebook, the outside verdict as nbgrader's own
-    # autograde step (awb_grader.protect)
+    # autograde step (awb_grader.core.protect)
     from awb_grader.cohort import run_cohort
 
     def cohort(zip_path: Path, dest: Path, names: list[str], w: int):

@@ -38,7 +38,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from awb_grader import synth
-    from awb_grader.course import EXERCISES, assignments
+    from awb_grader.core.course import EXERCISES, assignments
 
     names = [n for n in assignments() if n[:2] in {e[:2] for e in a.exercises}]
     work = Path(tempfile.mkdtemp(prefix="awb-trees-"))

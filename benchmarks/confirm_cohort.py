@@ -41,7 +41,7 @@ def main() -> int:
     a = ap.parse_args()
 
     from awb_grader import synth
-    from awb_grader.course import EXERCISES
+    from awb_grader.core.course import EXERCISES
 
     work = a.work or Path(tempfile.mkdtemp(prefix="awb-confirm-"))
     work.mkdir(parents=True, exist_ok=True)

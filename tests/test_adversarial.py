@@ -13,8 +13,8 @@ import csv
 import pytest
 
 from awb_grader import catalog, cohort, sandbox, synth, verdict
-from awb_grader.course import EXERCISES, REPO
-from awb_grader.course import assignments as course_assignments
+from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.core.course import assignments as course_assignments
 
 A = synth.ADV_ASSIGNMENT
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]

@@ -12,7 +12,7 @@ import pytest
 
 from awb_grader import catalog, cohort, sandbox, verdict
 from awb_grader.cohort import DEFAULT_PATTERN, Record
-from awb_grader.course import EXERCISES, REPO, Course
+from awb_grader.core.course import EXERCISES, REPO, Course
 from awb_grader.variants import student_notebook
 
 A = "04_queries_keys_values"

@@ -2,7 +2,7 @@
 
 ``nbgrader autograde`` (and formgrader's button, which calls the same nbgrader API: see
 ``tests/test_browser.py``), ``python -m awb_grader grade`` and ``python -m awb_grader cohort`` all
-load the course's ``nbgrader_config.py``, which plugs ``awb_grader.protect`` into nbgrader's own
+load the course's ``nbgrader_config.py``, which plugs ``awb_grader.core.protect`` into nbgrader's own
 extension points: the sandbox kernel spec and kernel manager, and the autograde preprocessors
 (sandbox guard, outside verdict, gradebook flag). The slow test grades five kinds of submission
 through the three command-line doors, with the real commands, and finds the same scores and flags.
@@ -21,9 +21,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import catalog, protect, sandbox
+from awb_grader import catalog, sandbox
+from awb_grader.core import protect
 from awb_grader.catalog.shortcuts import SHORTCUTS
-from awb_grader.course import AUTOGRADER, EXERCISES, REPO, Course
+from awb_grader.core.course import AUTOGRADER, EXERCISES, REPO, Course
 from awb_grader.variants import student_notebook
 
 A = "05_multi_head_attention"
@@ -59,12 +60,12 @@ def test_every_nbgrader_app_gets_the_protected_settings(tmp_path):
     for cfg in (Course(tmp_path).config(),
                 PyFileConfigLoader("nbgrader_config.py", path=str(AUTOGRADER)).load_config()):
         assert cfg.Execute.kernel_name == protect.KERNEL_NAME
-        assert cfg.Execute.kernel_manager_class == "awb_grader.protect.SandboxKernelManager"
+        assert cfg.Execute.kernel_manager_class == "awb_grader.core.protect.SandboxKernelManager"
         assert cfg.KernelManager.transport == "ipc"
         pre = list(cfg.Autograde.autograde_preprocessors)
-        assert pre[0] == "awb_grader.protect.SandboxGuard" and pre[-1] == "awb_grader.protect.FlagSubmission"
-        assert pre.index("awb_grader.protect.SandboxExecute") < pre.index("awb_grader.protect.OutsideVerdict") \
-            < pre.index("nbgrader.preprocessors.SaveAutoGrades")
+        assert pre[0] == "awb_grader.core.protect.SandboxGuard" and pre[-1] == "awb_grader.core.protect.FlagSubmission"
+        assert pre.index("awb_grader.core.protect.SandboxExecute") \
+            < pre.index("awb_grader.core.protect.OutsideVerdict") < pre.index("nbgrader.preprocessors.SaveAutoGrades")
     # the course root a Course writes holds the same, for plain `nbgrader ...` run inside it
     assert "load_subconfig" in (tmp_path / "nbgrader_config.py").read_text()
     assert (tmp_path / "exchange").is_dir()          # formgrader's exchange folder exists

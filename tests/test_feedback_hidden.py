@@ -7,7 +7,7 @@ import re
 import pytest
 
 from awb_grader.catalog import edit
-from awb_grader.course import AUTOGRADER
+from awb_grader.core.course import AUTOGRADER
 from awb_grader.variants import error_text, grade_variants
 
 A = "04_queries_keys_values"

@@ -35,8 +35,9 @@ import test_browser
 from test_browser import jupyterlab, playwright_api
 from test_doors import A, _run, door_cases
 
-from awb_grader import protect, sandbox
-from awb_grader.formgrader_view import UNGRADABLE_TITLE
+from awb_grader.core import protect
+from awb_grader import sandbox
+from awb_grader.core.gradebook import UNGRADABLE_TITLE
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared
 

@@ -14,7 +14,7 @@ import pytest
 
 from attention_workbook.checks import battery, graded, own
 from awb_grader import graded_facts
-from awb_grader.course import REPO, assignments
+from awb_grader.core.course import REPO, assignments
 
 
 def test_generated_module_matches_the_release():

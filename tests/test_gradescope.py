@@ -26,7 +26,7 @@ import pytest
 
 from awb_grader import catalog, gradescope, harness, sandbox
 from awb_grader.catalog.shortcuts import shortcuts
-from awb_grader.course import EXERCISES
+from awb_grader.core.course import EXERCISES
 from awb_grader.variants import solution_cells, student_notebook
 
 A = "04_queries_keys_values"

@@ -19,7 +19,7 @@ import torch.nn as nn
 from attention_workbook.checks import own
 from awb_grader import catalog, delegation, verdict
 from awb_grader.catalog.shortcuts import shortcuts
-from awb_grader.course import SOLUTIONS, assignments
+from awb_grader.core.course import SOLUTIONS, assignments
 from awb_grader.hidden import _adapter as A
 from awb_grader.variants import solution_cells
 

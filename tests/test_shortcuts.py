@@ -18,7 +18,7 @@ import pytest
 
 from awb_grader import catalog, cohort, sandbox
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
-from awb_grader.course import EXERCISES
+from awb_grader.core.course import EXERCISES
 from awb_grader.variants import error_text, solution_cells, student_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]

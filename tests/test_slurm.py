@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from awb_grader import sandbox, shards, synth
-from awb_grader.course import EXERCISES, REPO
+from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.parallel import gradebook_dump
 
 A = "04_queries_keys_values"
@@ -56,7 +56,7 @@ def test_cohort_shard_flag_sets_the_shard_root(monkeypatch):
     from types import SimpleNamespace
 
     from awb_grader import __main__ as cli, cohort
-    from awb_grader.course import COHORT_ROOT
+    from awb_grader.core.course import COHORT_ROOT
 
     seen, graded = {}, [["a record"]]
 

@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from awb_grader.course import EXERCISES
+from awb_grader.core.course import EXERCISES
 from awb_grader.submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, inspect_notebook
 from awb_grader.variants import student_notebook
 

@@ -23,7 +23,7 @@ import pytest
 import nbrun
 from attention_workbook.checks import CheckFailed
 from awb_grader import catalog
-from awb_grader.course import REPO, SOLUTIONS, assignments
+from awb_grader.core.course import REPO, SOLUTIONS, assignments
 from awb_grader.variants import solution_cells
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import gradescope, prairielearn, shards
-from .course import COHORT_ROOT, REPO
+from .core.course import COHORT_ROOT, REPO
 
 
 def cmd_release(a) -> int:
@@ -43,7 +43,7 @@ def cmd_grade(a) -> int:
 def cmd_cohort(a) -> int:
     """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
     from .cohort import DEFAULT_PATTERN, run_cohort
-    from .protect import Refused
+    from .core.protect import Refused
 
     root, shard = a.course, None
     if a.shard is not None:
@@ -70,7 +70,7 @@ def cmd_adversarial(a) -> int:
 
     from . import synth
     from .cohort import run_cohort
-    from .course import EXERCISES
+    from .core.course import EXERCISES
     from .sandbox import bwrap_works
 
     where = a.course.resolve()

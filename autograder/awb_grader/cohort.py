@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import Course, resolve
+from .core.course import Course, resolve
 from .pipeline import Record, _fmt, write_flags
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 

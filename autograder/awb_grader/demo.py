@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 
 from . import catalog
-from .course import REPO, Course
+from .core.course import REPO, Course
 from .pipeline import grade_submissions, table, write_flags
 from .variants import student_notebook
 from .warm import warm_kernels

@@ -15,7 +15,7 @@ import ast
 import json
 from pathlib import Path
 
-from .course import EXERCISES, REPO
+from .core.course import EXERCISES, REPO
 
 TARGET = REPO / "attention_workbook" / "checks" / "graded.py"
 PACKAGE = "attention_workbook"

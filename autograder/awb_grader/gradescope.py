@@ -74,7 +74,7 @@ VISIBILITIES = ("after_published", "hidden", "after_due_date", "visible")
 def build(exercise: str, dest: Path | None = None, visibility: str = "after_published", seed_salt: str | None = None,
           timeout: int = 60, memory_mb: int | None = None, unprotected: bool = False) -> Path:
     """Write the autograder zip of ``exercise``; returns its path."""
-    from .course import REPO, resolve
+    from .core.course import REPO, resolve
 
     [a] = resolve([exercise])
     if visibility not in VISIBILITIES:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .course import Course, nbgrader_quirks_silenced
+from .core.course import Course, nbgrader_quirks_silenced
 from .pipeline import Record, grade_submissions
 from .submissions import FLAGGED, UNGRADABLE
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .course import Course
-from .formgrader_view import record_ungradable
-from .protect import verdict_of
+from .core.course import Course
+from .core.gradebook import record_ungradable
+from .core.protect import verdict_of
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
 
 

@@ -63,7 +63,7 @@ QUESTION_HTML = """<pl-question-panel>
 def build(exercise: str, out: Path | None = None, image: str = "YOUR_DOCKERHUB_USER/awb-grader",
           seed_salt: str | None = None, timeout: int = 60, memory_mb: int | None = None,
           job_timeout: int = 600, unprotected: bool = False) -> Path:
-    from .course import REPO, assignments, resolve
+    from .core.course import REPO, assignments, resolve
 
     [a] = resolve([exercise])
     out = Path(out or REPO / "build" / "prairielearn").resolve()

@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .course import AUTOGRADER, REPO
+from .core.course import AUTOGRADER, REPO
 
 KERNEL_NAME = "awb-sandbox"
 WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
@@ -86,7 +86,7 @@ def configure(unprotected: bool = False, limits: Limits | None = None, say=print
     and the limits in this process's environment, which the grading workers, the kernels'
     launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
     preprocessors) come from the course's config file (``protect.configure``)."""
-    from .protect import UNPROTECTED_ENV, sandbox_mode
+    from .core.protect import UNPROTECTED_ENV, sandbox_mode
 
     limits = limits or Limits()
     mode = sandbox_mode(unprotected)

@@ -72,7 +72,7 @@ def shard_roots(course: Path) -> list[Path]:
 
 # -- the command line: ``python -m awb_grader merge`` (``__main__``) ----------------------------
 def add_merge_arguments(p) -> None:
-    from .course import COHORT_ROOT
+    from .core.course import COHORT_ROOT
 
     p.add_argument("shards", nargs="*", type=Path, help="shard course roots (default: COURSE/cluster/shard-*)")
     p.add_argument("--course", type=Path, default=COHORT_ROOT, help="course root (default build/cohort)")

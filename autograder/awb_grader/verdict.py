@@ -600,7 +600,7 @@ def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[
     re-check never takes points from correct work."""
     import nbformat
 
-    from .course import SOLUTIONS, ensure_kernel_path
+    from .core.course import SOLUTIONS, ensure_kernel_path
     from .variants import solution_cells
 
     ensure_kernel_path()

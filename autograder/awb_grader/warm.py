@@ -419,7 +419,7 @@ def warm_kernels():
     import shutil
     import tempfile
 
-    from .course import ensure_kernel_path
+    from .core.course import ensure_kernel_path
 
     @contextlib.contextmanager
     def manager():

@@ -68,7 +68,7 @@ _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 def _solution_cells(assignment: str) -> dict[str, str]:
     import nbformat
 
-    from ..course import SOLUTIONS
+    from ..core.course import SOLUTIONS
 
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     return {c.metadata["nbgrader"]["grade_id"]: _MARKERS.sub("", c.source)

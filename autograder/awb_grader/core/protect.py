@@ -15,7 +15,7 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
     the instructor said the grades need not be protected (``--SandboxGuard.unprotected=True``,
     ``cohort --unprotected`` or ``AWB_UNPROTECTED=1``); the test suite's own notebooks
     (trusted code, no sandbox) say ``SandboxGuard.trusted_code=True``;
-  - :class:`~awb_grader.outputlimit.LimitOutputBytes` instead of ``LimitOutput``;
+  - :class:`~awb_grader.core.preprocessors.limit_output.LimitOutputBytes` instead of ``LimitOutput``;
   - :class:`OutsideVerdict` after the execution and before ``SaveAutoGrades``: it decides, in
     nbgrader's process (never the student's), which test cells keep the points they earned in
     the kernel (``verdict.decide``); a withheld cell gets an error output that says why, so
@@ -52,16 +52,16 @@ REFUSAL = ("refusing to grade: bubblewrap (bwrap) cannot run here, so student co
 UNPROTECTED_NOTE = "UNPROTECTED: graded without the sandbox (bubblewrap unavailable): this grade is not protected"
 
 PREPROCESSORS = [
-    "awb_grader.protect.SandboxGuard",
-    "awb_grader.protect.SandboxExecute",
+    "awb_grader.core.protect.SandboxGuard",
+    "awb_grader.core.protect.SandboxExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "awb_grader.outputlimit.LimitOutputBytes",
-    "awb_grader.protect.OutsideVerdict",
+    "awb_grader.core.preprocessors.limit_output.LimitOutputBytes",
+    "awb_grader.core.protect.OutsideVerdict",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
-    "awb_grader.protect.FlagSubmission",
+    "awb_grader.core.protect.FlagSubmission",
 ]
 
 
@@ -85,7 +85,7 @@ def configure(c) -> None:
     ``autograder/nbgrader_config.py``)."""
     ensure_kernel_path()                     # hidden test cells import awb_grader.hidden
     c.Execute.kernel_name = KERNEL_NAME
-    c.Execute.kernel_manager_class = "awb_grader.protect.SandboxKernelManager"
+    c.Execute.kernel_manager_class = "awb_grader.core.protect.SandboxKernelManager"
     # every output is in once the last cell ran: stop the kernel at once rather than asking it
     c.Execute.shutdown_kernel = "immediate"
     c.KernelManager.transport = "ipc"        # the sandbox has no network, not even loopback
@@ -111,7 +111,7 @@ class SandboxKernelManager(AsyncKernelManager):
 def sandbox_mode(unprotected: bool = False) -> str:
     """'bwrap' where bubblewrap works; else 'limits' (resource limits only) if the grader said
     the grades need not be protected; else :class:`Refused`."""
-    from .sandbox import bwrap_works
+    from ..sandbox import bwrap_works
 
     if bwrap_works():
         return "bwrap"
@@ -142,7 +142,7 @@ class SandboxGuard(NbGraderPreprocessor):
                 raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
             mode = sandbox_mode(self.unprotected)
             os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
-            from .provided import announce
+            from ..provided import announce
 
             announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
             meta["sandbox"] = mode
@@ -216,7 +216,7 @@ class OutsideVerdict(NbGraderPreprocessor):
                               "only the static reading of the answer cells)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        from . import verdict
+        from .. import verdict
 
         meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
         assignment = resources["nbgrader"]["assignment"]
@@ -244,7 +244,7 @@ class FlagSubmission(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         from nbgrader.api import Gradebook
 
-        from .formgrader_view import name_students
+        from .gradebook import name_students
 
         info = resources["nbgrader"]
         with Gradebook(info["db_url"]) as gb:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 AUTOGRADER = REPO / "autograder"
 CONFIG_FILE = AUTOGRADER / "nbgrader_config.py"
 SOLUTIONS = REPO / "solutions"
@@ -172,7 +172,7 @@ class Course:
             return
         from nbgrader.api import Gradebook
 
-        from .formgrader_view import name_students
+        from .gradebook import name_students
 
         with Gradebook(self.db) as gb:
             name_students(gb, [student])
