@@ -10,7 +10,8 @@ import zipfile
 import nbformat
 import pytest
 
-from awb_grader import catalog, cohort, sandbox, verdict
+from awb_grader import catalog, cohort, verdict
+from awb_grader.isolation import sandbox
 from awb_grader.cohort import DEFAULT_PATTERN, Record
 from awb_grader.core.course import EXERCISES, REPO, Course
 from awb_grader.variants import student_notebook

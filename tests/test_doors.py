@@ -21,7 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import catalog, sandbox
+from awb_grader import catalog
+from awb_grader.isolation import sandbox
 from awb_grader.core import protect
 from awb_grader.catalog.shortcuts import SHORTCUTS
 from awb_grader.core.course import AUTOGRADER, EXERCISES, REPO, Course
@@ -73,7 +74,7 @@ def test_every_nbgrader_app_gets_the_protected_settings(tmp_path):
 
 def test_the_sandbox_kernel_spec_is_found_by_the_kernel_manager():
     km = protect.SandboxKernelManager(kernel_name=protect.KERNEL_NAME)
-    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.sandbox"]
+    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.isolation.sandbox"]
     assert km.kernel_spec.interrupt_mode == "message"
 
 
@@ -127,7 +128,7 @@ def _config(kernel: str):
 
 
 def test_each_exercise_provides_only_what_its_import_cell_and_checks_use():
-    from awb_grader.provided import provided_modules
+    from awb_grader.isolation.provided import provided_modules
 
     p04, p06, p08 = (provided_modules(a) for a in ("04_queries_keys_values", "06_transformer_block", "08_train_a_gpt"))
     assert {"attention_workbook.checks.ex04", "attention_workbook.checks.battery.ex04"} <= p04
@@ -139,7 +140,7 @@ def test_each_exercise_provides_only_what_its_import_cell_and_checks_use():
 def test_the_provided_files_are_computed_once_per_exercise_for_the_launchers(monkeypatch):
     """The grading process announces the list (SandboxGuard); each kernel's launcher, a new
     process, reads it instead of reading the exercise again; the kernel itself never sees it."""
-    from awb_grader import provided
+    from awb_grader.isolation import provided
 
     monkeypatch.delenv(provided.PROVIDED_ENV, raising=False)
     A4 = "04_queries_keys_values"

@@ -36,7 +36,7 @@ from test_browser import jupyterlab, playwright_api
 from test_doors import A, _run, door_cases
 
 from awb_grader.core import protect
-from awb_grader import sandbox
+from awb_grader.isolation import sandbox
 from awb_grader.core.gradebook import UNGRADABLE_TITLE
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared

@@ -13,7 +13,8 @@ import shutil
 
 import pytest
 
-from awb_grader import harness, prairielearn, sandbox
+from awb_grader import harness, prairielearn
+from awb_grader.isolation import sandbox
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
 
 PL_TIMEOUT_S = 600

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from awb_grader import sandbox, shards, synth
+from awb_grader.isolation import sandbox
+from awb_grader import shards, synth
 from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.parallel import gradebook_dump
 

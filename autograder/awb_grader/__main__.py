@@ -71,7 +71,7 @@ def cmd_adversarial(a) -> int:
     from . import synth
     from .cohort import run_cohort
     from .core.course import EXERCISES
-    from .sandbox import bwrap_works
+    from .isolation.sandbox import bwrap_works
 
     where = a.course.resolve()
     if where.exists():

@@ -233,7 +233,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
     the collected submissions (:func:`shards.select`). Refuses (``protect.Refused``) where
     bubblewrap cannot run, unless ``unprotected``."""
-    from . import parallel, sandbox as sb
+    from . import parallel
+    from .isolation import sandbox as sb
 
     t0 = time.perf_counter()
     steps = {"start": time.time()}
@@ -315,7 +316,7 @@ def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 6
     generate_assignment) where needed and exports grades.csv, flags.csv and the summary from the
     gradebook and state. It grades nothing, so it runs without bubblewrap where bubblewrap cannot
     run (and only then does its summary say so)."""
-    from .sandbox import bwrap_works
+    from .isolation.sandbox import bwrap_works
 
     Path(empty).mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
@@ -391,7 +392,7 @@ def histogram(records: list[Record], dest: Path) -> Path:
 
 def summarize(res: CohortResult) -> str:
     recs = res.records
-    from .sandbox import WARNING
+    from .isolation.sandbox import WARNING
 
     lines = [] if res.sandbox == "bwrap" else [WARNING, ""]
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "

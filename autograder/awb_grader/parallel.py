@@ -69,7 +69,7 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     # os.getcwd() and kernels inherit the cwd), so each worker lives in its own shard
     os.chdir(shard)
     shutil.copyfile(Path(spec.root) / "gradebook.db", shard / "gradebook.db")
-    from . import sandbox
+    from .isolation import sandbox
 
     extra = dict(spec.extra)
     # one BLAS/OpenMP thread per grading process (unless the caller set a number): the graded
@@ -170,7 +170,7 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     if not tasks:
         return []
     workers = max(1, min(workers, len(tasks)))
-    from . import sandbox
+    from .isolation import sandbox
 
     sockets = sandbox.short_socket_root()
     spec = CourseSpec(str(course.root), str(course.release_dir) if course.release_dir else None,

@@ -153,7 +153,7 @@ class Replay:
     """A sandboxed process running the student's code and answering calls."""
 
     def __init__(self, cells: list[str], cwd: Path, timeout: float = 60):
-        from . import sandbox
+        from .isolation import sandbox
 
         self.timeout = timeout
         self.unsupported: str | None = None

@@ -5,7 +5,7 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
 :func:`configure`. That selects, through nbgrader's and jupyter_client's configuration only:
 
 * the **kernel**: the ``awb-sandbox`` kernel spec (``autograder/kernels/``), whose command
-  (``python -m awb_grader.sandbox``) starts ``ipykernel`` inside bubblewrap with resource
+  (``python -m awb_grader.isolation.sandbox``) starts ``ipykernel`` inside bubblewrap with resource
   limits (``sandbox.py``), talking to nbgrader over Unix sockets in a short private folder;
   :class:`SandboxKernelManager` is jupyter_client's ``AsyncKernelManager`` that finds that
   kernel spec;
@@ -111,7 +111,7 @@ class SandboxKernelManager(AsyncKernelManager):
 def sandbox_mode(unprotected: bool = False) -> str:
     """'bwrap' where bubblewrap works; else 'limits' (resource limits only) if the grader said
     the grades need not be protected; else :class:`Refused`."""
-    from ..sandbox import bwrap_works
+    from ..isolation.sandbox import bwrap_works
 
     if bwrap_works():
         return "bwrap"
@@ -142,7 +142,7 @@ class SandboxGuard(NbGraderPreprocessor):
                 raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
             mode = sandbox_mode(self.unprotected)
             os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
-            from ..provided import announce
+            from ..isolation.provided import announce
 
             announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
             meta["sandbox"] = mode

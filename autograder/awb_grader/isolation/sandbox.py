@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .core.course import AUTOGRADER, REPO
+from ..core.course import AUTOGRADER, REPO
 
 KERNEL_NAME = "awb-sandbox"
 WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
@@ -86,7 +86,7 @@ def configure(unprotected: bool = False, limits: Limits | None = None, say=print
     and the limits in this process's environment, which the grading workers, the kernels'
     launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
     preprocessors) come from the course's config file (``protect.configure``)."""
-    from .core.protect import UNPROTECTED_ENV, sandbox_mode
+    from ..core.protect import UNPROTECTED_ENV, sandbox_mode
 
     limits = limits or Limits()
     mode = sandbox_mode(unprotected)
@@ -285,7 +285,7 @@ def _empty_folder(folder: Path) -> None:
 
 
 def launch(argv: list[str]) -> None:
-    """Kernel spec entry point: ``python -m awb_grader.sandbox -f CONNECTION_FILE``."""
+    """Kernel spec entry point: ``python -m awb_grader.isolation.sandbox -f CONNECTION_FILE``."""
     conn = argv[argv.index("-f") + 1]
     try:
         cwd = os.getcwd()

@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from .core.course import AUTOGRADER, EXERCISES, REPO
+from ..core.course import AUTOGRADER, EXERCISES, REPO
 
 PACKAGE = "attention_workbook"
 ROOT = REPO / PACKAGE
