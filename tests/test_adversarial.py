@@ -12,7 +12,8 @@ import csv
 
 import pytest
 
-from awb_grader import catalog, cohort, synth, verdict
+from awb_grader import catalog, cohort, synth
+from awb_grader.verdict import outside as verdict
 from awb_grader.isolation import sandbox
 from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.core.course import assignments as course_assignments

@@ -10,7 +10,8 @@ import zipfile
 import nbformat
 import pytest
 
-from awb_grader import catalog, cohort, verdict
+from awb_grader import catalog, cohort
+from awb_grader.verdict import outside as verdict
 from awb_grader.isolation import sandbox
 from awb_grader.cohort import DEFAULT_PATTERN, Record
 from awb_grader.core.course import EXERCISES, REPO, Course

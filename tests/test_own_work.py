@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 
 from attention_workbook.checks import own
-from awb_grader import catalog, delegation, verdict
+from awb_grader import catalog
+from awb_grader.verdict import delegation, outside as verdict
 from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import SOLUTIONS, assignments
 from awb_grader.hidden import _adapter as A

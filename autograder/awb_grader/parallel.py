@@ -118,7 +118,7 @@ def _preload() -> None:
     import nbgrader.preprocessors  # noqa: F401
     import torch  # noqa: F401
 
-    from . import verdict  # noqa: F401
+    from .verdict import outside as verdict  # noqa: F401
     from .hidden import _adapter  # noqa: F401
 
 

@@ -216,7 +216,7 @@ class OutsideVerdict(NbGraderPreprocessor):
                               "only the static reading of the answer cells)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        from .. import verdict
+        from ..verdict import outside as verdict
 
         meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
         assignment = resources["nbgrader"]["assignment"]

@@ -153,7 +153,7 @@ class Replay:
     """A sandboxed process running the student's code and answering calls."""
 
     def __init__(self, cells: list[str], cwd: Path, timeout: float = 60):
-        from .isolation import sandbox
+        from ..isolation import sandbox
 
         self.timeout = timeout
         self.unsupported: str | None = None
@@ -211,7 +211,7 @@ class Replay:
         import torch
         import torch.nn as nn
 
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         if isinstance(x, A.RemoteObject):
             if x._client is not self:
@@ -235,7 +235,7 @@ class Replay:
         return x
 
     def _decode(self, x):
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         if isinstance(x, dict):
             if "__ref__" in x:
@@ -249,7 +249,7 @@ class Replay:
         """One request to the student's process; its answer, or its error raised here."""
         import torch
 
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         try:
             payload = {"op": op, **{k: self._encode(v) for k, v in fields.items()}}
@@ -300,7 +300,7 @@ class Replay:
 
     def proxies(self) -> dict:
         """{name: proxy} for the student's top-level functions and classes."""
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         out = {}
         for name, kind in self.names.items():
@@ -335,7 +335,7 @@ def _error(ans: dict) -> BaseException:
 
     from attention_workbook.checks.core import ForbiddenCall
 
-    from .hidden._adapter import LoadError
+    from ..hidden._adapter import LoadError
 
     kind_name = str(ans.get("type"))
     msg = ans["error"].split(": ", 1)[-1]
@@ -387,7 +387,7 @@ def recheck(nb, cwd: Path, cells: list[str], timeout: float = 60, exercise: str 
         replay = Replay(code, cwd, timeout)
     except Exception as e:  # noqa: BLE001
         return {**out, **{c: f"unsupported: {e}" for c in wanted}}, facts
-    from .hidden import _adapter
+    from ..hidden import _adapter
 
     try:
         if graded and exercise:
@@ -600,8 +600,8 @@ def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[
     re-check never takes points from correct work."""
     import nbformat
 
-    from .core.course import SOLUTIONS, ensure_kernel_path
-    from .variants import solution_cells
+    from ..core.course import SOLUTIONS, ensure_kernel_path
+    from ..variants import solution_cells
 
     ensure_kernel_path()
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
