@@ -12,7 +12,7 @@ of one exercise it measures, side by side on the same machine:
    then the course's own (trusted) notebooks through nbgrader's Python API, unsandboxed, once
    with warm kernels (``awb_grader.warm``: each kernel forked from a process that has PyTorch
    imported, as the catalog tests grade) and once with a new kernel per notebook;
-3. the same grading as 2. in parallel shards (``awb_grader.parallel``, no feedback): the
+3. the same grading as 2. in parallel shards (``awb_grader.cohort.parallel``, no feedback): the
    speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
    outside verdict, feedback, export, summary), interleaved because the load moves: with
@@ -102,7 +102,7 @@ def main() -> None:
 
     from awb_grader import synth
     from awb_grader.core.course import EXERCISES, Course, assignments, ensure_kernel_path
-    from awb_grader.parallel import Task, grade_parallel
+    from awb_grader.cohort.parallel import Task, grade_parallel
     from awb_grader.variants import student_notebook
 
     ensure_kernel_path()
@@ -131,7 +131,7 @@ def main() -> None:
     print(f"[1] bare nbclient execution of one correct notebook: {t_bare:.2f} s (median of 3)  [{load()}]")
 
     # the collected submissions (zip_collect), shared by 2 and 3
-    from awb_grader.cohort import DEFAULT_PATTERN, collect
+    from awb_grader.cohort.run import DEFAULT_PATTERN, collect
 
     got = collect(work / "cohort.zip", work / "inbox", base, [A], DEFAULT_PATTERN)
     subs = got.subs.get(A, {})
@@ -190,7 +190,7 @@ def main() -> None:
     # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): a new
     # bubblewrap-sandboxed kernel and replay per notebook, the outside verdict as nbgrader's own
     # autograde step (awb_grader.core.protect)
-    from awb_grader.cohort import run_cohort
+    from awb_grader.cohort.run import run_cohort
 
     def cohort(zip_path: Path, dest: Path, names: list[str], w: int):
         t, c = time.perf_counter(), cpu()

@@ -10,7 +10,7 @@ import pytest
 from awb_grader import demo
 from awb_grader.core.course import AUTOGRADER
 from awb_grader import catalog
-from awb_grader.pipeline import Record, grade_submissions, table
+from awb_grader.cohort.pipeline import Record, grade_submissions, table
 
 pytestmark = pytest.mark.xdist_group("demo")
 

@@ -85,7 +85,7 @@ def test_without_bubblewrap_every_door_refuses_unless_told(monkeypatch, tmp_path
     guard = protect.SandboxGuard()
     with pytest.raises(protect.Refused, match="bubblewrap"):
         guard.preprocess(nb, {})
-    from awb_grader.cohort import run_cohort
+    from awb_grader.cohort.run import run_cohort
 
     with pytest.raises(protect.Refused, match="unprotected"):
         run_cohort(tmp_path / "nothing.zip", tmp_path / "course", exercises=["05"], say=lambda *a: None)

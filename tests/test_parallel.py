@@ -9,8 +9,8 @@ import pytest
 
 from awb_grader import catalog
 from awb_grader.core.course import EXERCISES, Course
-from awb_grader.parallel import Task, grade_parallel, gradebook_dump
-from awb_grader.pipeline import grade_submissions
+from awb_grader.cohort.parallel import Task, grade_parallel, gradebook_dump
+from awb_grader.cohort.pipeline import grade_submissions
 from awb_grader.variants import student_notebook
 from awb_grader.warm import warm_kernels
 
@@ -76,9 +76,9 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
 
     from nbgrader.api import Gradebook
 
-    from awb_grader import parallel
+    from awb_grader.cohort import parallel
     from awb_grader.core.course import nbgrader_quirks_silenced
-    from awb_grader.pipeline import Record
+    from awb_grader.cohort.pipeline import Record
 
     main = Course(tmp_path / "main", release_dir=tmp_path / "main" / "release")
     main.generate_assignment(A)

@@ -16,7 +16,8 @@ import csv
 import nbformat
 import pytest
 
-from awb_grader import catalog, cohort
+from awb_grader import catalog
+from awb_grader.cohort import run as cohort
 from awb_grader.isolation import sandbox
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
 from awb_grader.core.course import EXERCISES

@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import gradescope, prairielearn, shards
+from . import gradescope, prairielearn
+from .cohort import shards
 from .core.course import COHORT_ROOT, REPO
 
 
@@ -42,7 +43,7 @@ def cmd_grade(a) -> int:
 
 def cmd_cohort(a) -> int:
     """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
-    from .cohort import DEFAULT_PATTERN, run_cohort
+    from .cohort.run import DEFAULT_PATTERN, run_cohort
     from .core.protect import Refused
 
     root, shard = a.course, None
@@ -69,7 +70,7 @@ def cmd_adversarial(a) -> int:
     import shutil
 
     from . import synth
-    from .cohort import run_cohort
+    from .cohort.run import run_cohort
     from .core.course import EXERCISES
     from .isolation.sandbox import bwrap_works
 

@@ -20,7 +20,7 @@ import nbformat
 
 from . import catalog
 from .core.course import REPO, Course
-from .pipeline import grade_submissions, table, write_flags
+from .cohort.pipeline import grade_submissions, table, write_flags
 from .variants import student_notebook
 from .warm import warm_kernels
 

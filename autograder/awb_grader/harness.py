@@ -2,7 +2,7 @@
 command, read back per graded cell.
 
 Nothing here grades: :func:`grade_upload` hands the uploaded notebook to
-:func:`awb_grader.cohort.run_cohort` (collection, check/repair, nbgrader autograde in the
+:func:`awb_grader.cohort.run.run_cohort` (collection, check/repair, nbgrader autograde in the
 bubblewrap sandbox, the outside-the-kernel verdict) as a cohort of one, then reads what it wrote:
 the Record (status, reasons, failed cells, errors), nbgrader's gradebook (each cell's score and
 maximum) and the autograded notebook (each failing cell's message). :func:`bundle` copies the
@@ -210,7 +210,7 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
 def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
     """Build the course (nbgrader generate_assignment) once, at setup: a cohort run over no
     submissions (no student code runs, so no sandbox is needed yet)."""
-    from .cohort import build_course
+    from .cohort.run import build_course
 
     build_course(root, [assignment], Path(root).parent / "awb-empty", timeout=timeout, say=say)
 
@@ -237,7 +237,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
         shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
-        from .cohort import run_cohort
+        from .cohort.run import run_cohort
 
         res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,
                          unprotected=unprotected, regrade=True, feedback=False, progress=False, say=say)

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core.course import Course, resolve
+from ..core.course import Course, resolve
 from .pipeline import Record, _fmt, write_flags
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 
@@ -234,7 +234,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     the collected submissions (:func:`shards.select`). Refuses (``protect.Refused``) where
     bubblewrap cannot run, unless ``unprotected``."""
     from . import parallel
-    from .isolation import sandbox as sb
+    from ..isolation import sandbox as sb
 
     t0 = time.perf_counter()
     steps = {"start": time.time()}
@@ -316,7 +316,7 @@ def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 6
     generate_assignment) where needed and exports grades.csv, flags.csv and the summary from the
     gradebook and state. It grades nothing, so it runs without bubblewrap where bubblewrap cannot
     run (and only then does its summary say so)."""
-    from .isolation.sandbox import bwrap_works
+    from ..isolation.sandbox import bwrap_works
 
     Path(empty).mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
@@ -342,7 +342,7 @@ def misconceptions(records: list[Record], assignment: str, top: int = 5) -> list
     A mistake *explains* a student's failure when the student lost every cell in its
     ``must_fail`` and, where the mistake has a visible ``hint``, that hint appears in the
     student's error output. Returns [{cell, n, share, mistakes: [(description, n_students)]}]."""
-    from . import catalog
+    from .. import catalog
 
     graded = [r for r in records if r.assignment == assignment and r.status != UNGRADABLE]
     if not graded:
@@ -392,7 +392,7 @@ def histogram(records: list[Record], dest: Path) -> Path:
 
 def summarize(res: CohortResult) -> str:
     recs = res.records
-    from .isolation.sandbox import WARNING
+    from ..isolation.sandbox import WARNING
 
     lines = [] if res.sandbox == "bwrap" else [WARNING, ""]
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "

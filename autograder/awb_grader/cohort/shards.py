@@ -72,7 +72,7 @@ def shard_roots(course: Path) -> list[Path]:
 
 # -- the command line: ``python -m awb_grader merge`` (``__main__``) ----------------------------
 def add_merge_arguments(p) -> None:
-    from .core.course import COHORT_ROOT
+    from ..core.course import COHORT_ROOT
 
     p.add_argument("shards", nargs="*", type=Path, help="shard course roots (default: COURSE/cluster/shard-*)")
     p.add_argument("--course", type=Path, default=COHORT_ROOT, help="course root (default build/cohort)")
@@ -99,7 +99,7 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     """Fold the shards ``roots`` into ``course``; returns the cohort summary."""
     from nbgrader.api import Gradebook
 
-    from .cohort import build_course, load_state, save_state
+    from .run import build_course, load_state, save_state
     from .parallel import store_submission, submission_data
 
     course = Path(course).resolve()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .core.course import Course, nbgrader_quirks_silenced
+from ..core.course import Course, nbgrader_quirks_silenced
 from .pipeline import Record, grade_submissions
 from .submissions import FLAGGED, UNGRADABLE
 
@@ -69,7 +69,7 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     # os.getcwd() and kernels inherit the cwd), so each worker lives in its own shard
     os.chdir(shard)
     shutil.copyfile(Path(spec.root) / "gradebook.db", shard / "gradebook.db")
-    from .isolation import sandbox
+    from ..isolation import sandbox
 
     extra = dict(spec.extra)
     # one BLAS/OpenMP thread per grading process (unless the caller set a number): the graded
@@ -118,8 +118,8 @@ def _preload() -> None:
     import nbgrader.preprocessors  # noqa: F401
     import torch  # noqa: F401
 
-    from .verdict import outside as verdict  # noqa: F401
-    from .hidden import _adapter  # noqa: F401
+    from ..verdict import outside as verdict  # noqa: F401
+    from ..hidden import _adapter  # noqa: F401
 
 
 def _grade_one(task: Task) -> Record:
@@ -153,7 +153,7 @@ def _grade_one(task: Task) -> Record:
 def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
     import nbformat
 
-    from .variants import error_text
+    from ..variants import error_text
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     if not p.exists() or not cells:
@@ -170,7 +170,7 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     if not tasks:
         return []
     workers = max(1, min(workers, len(tasks)))
-    from .isolation import sandbox
+    from ..isolation import sandbox
 
     sockets = sandbox.short_socket_root()
     spec = CourseSpec(str(course.root), str(course.release_dir) if course.release_dir else None,

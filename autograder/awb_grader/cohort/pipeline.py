@@ -15,9 +15,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .core.course import Course
-from .core.gradebook import record_ungradable
-from .core.protect import verdict_of
+from ..core.course import Course
+from ..core.gradebook import record_ungradable
+from ..core.protect import verdict_of
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
 
 
@@ -135,9 +135,9 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
     still holding the release's stub) for one autograded submission."""
     import nbformat
 
-    from . import catalog
+    from .. import catalog
     from .submissions import _norm
-    from .variants import error_text
+    from ..variants import error_text
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
