@@ -24,7 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import catalog, gradescope, harness
+from awb_grader import catalog
+from awb_grader.platforms import gradescope, harness
 from awb_grader.isolation import sandbox
 from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from awb_grader import harness, prairielearn
+from awb_grader.platforms import harness, prairielearn
 from awb_grader.isolation import sandbox
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import gradescope, prairielearn
+from .platforms import gradescope, prairielearn
 from .cohort import shards
 from .core.course import COHORT_ROOT, REPO
 

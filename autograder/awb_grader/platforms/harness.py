@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core.course import REPO
+from ..core.course import REPO
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
@@ -210,7 +210,7 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
 def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
     """Build the course (nbgrader generate_assignment) once, at setup: a cohort run over no
     submissions (no student code runs, so no sandbox is needed yet)."""
-    from .cohort.run import build_course
+    from ..cohort.run import build_course
 
     build_course(root, [assignment], Path(root).parent / "awb-empty", timeout=timeout, say=say)
 
@@ -237,7 +237,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
         shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
-        from .cohort.run import run_cohort
+        from ..cohort.run import run_cohort
 
         res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,
                          unprotected=unprotected, regrade=True, feedback=False, progress=False, say=say)
@@ -270,7 +270,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             out.reasons.append(f"note: per-cell scores add to {out.score}, the record says {rec.score}")
             out.score = rec.score
         try:
-            from . import catalog
+            from .. import catalog
 
             out.misconceptions = [m.description for g in catalog.named_by_errors(assignment, rec.failed_cells,
                                                                                  rec.errors) for m in g]
