@@ -12,7 +12,8 @@ import csv
 
 import pytest
 
-from awb_grader import catalog, synth
+from awb_grader import catalog
+from awb_grader.devtools import synth
 from awb_grader.cohort import run as cohort
 from awb_grader.verdict import outside as verdict
 from awb_grader.isolation import sandbox

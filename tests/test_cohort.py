@@ -16,7 +16,7 @@ from awb_grader.verdict import outside as verdict
 from awb_grader.isolation import sandbox
 from awb_grader.cohort.run import DEFAULT_PATTERN, Record
 from awb_grader.core.course import EXERCISES, REPO, Course
-from awb_grader.variants import student_notebook
+from awb_grader.devtools.variants import student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

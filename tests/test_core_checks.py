@@ -12,7 +12,7 @@ import torch
 from attention_workbook.checks import core
 from attention_workbook.checks.core import CheckFailed
 from awb_grader.core.course import assignments
-from awb_grader.variants import notebook_cells
+from awb_grader.devtools.variants import notebook_cells
 
 
 # ----------------------------------------------------------------------------------------

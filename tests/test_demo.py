@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from awb_grader import demo
+from awb_grader.devtools import demo
 from awb_grader.core.course import AUTOGRADER
 from awb_grader import catalog
 from awb_grader.cohort.pipeline import Record, grade_submissions, table

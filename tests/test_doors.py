@@ -26,7 +26,7 @@ from awb_grader.isolation import sandbox
 from awb_grader.core import protect
 from awb_grader.catalog.shortcuts import SHORTCUTS
 from awb_grader.core.course import AUTOGRADER, EXERCISES, REPO, Course
-from awb_grader.variants import student_notebook
+from awb_grader.devtools.variants import student_notebook
 
 A = "05_multi_head_attention"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

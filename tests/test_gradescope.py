@@ -29,7 +29,7 @@ from awb_grader.platforms import gradescope, harness
 from awb_grader.isolation import sandbox
 from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES
-from awb_grader.variants import solution_cells, student_notebook
+from awb_grader.devtools.variants import solution_cells, student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

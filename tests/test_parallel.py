@@ -11,8 +11,8 @@ from awb_grader import catalog
 from awb_grader.core.course import EXERCISES, Course
 from awb_grader.cohort.parallel import Task, grade_parallel, gradebook_dump
 from awb_grader.cohort.pipeline import grade_submissions
-from awb_grader.variants import student_notebook
-from awb_grader.warm import warm_kernels
+from awb_grader.devtools.variants import student_notebook
+from awb_grader.devtools.warm import warm_kernels
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

@@ -24,7 +24,7 @@ import pytest
 
 from awb_grader.isolation import sandbox
 from awb_grader.cohort import shards
-from awb_grader import synth
+from awb_grader.devtools import synth
 from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.cohort.parallel import gradebook_dump
 

@@ -7,7 +7,7 @@ import pytest
 
 from awb_grader.core.course import EXERCISES
 from awb_grader.cohort.submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, inspect_notebook
-from awb_grader.variants import student_notebook
+from awb_grader.devtools.variants import student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

@@ -18,7 +18,7 @@ from .core.course import COHORT_ROOT, REPO
 
 
 def cmd_release(a) -> int:
-    from . import release
+    from .devtools import release
 
     if a.check:
         problems = release.diff(a.assignments or None)
@@ -30,7 +30,7 @@ def cmd_release(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from . import demo
+    from .devtools import demo
 
     demo.run()
     return 0
@@ -69,7 +69,7 @@ def cmd_cohort(a) -> int:
 def cmd_adversarial(a) -> int:
     import shutil
 
-    from . import synth
+    from .devtools import synth
     from .cohort.run import run_cohort
     from .core.course import EXERCISES
     from .isolation.sandbox import bwrap_works

@@ -153,7 +153,7 @@ def _grade_one(task: Task) -> Record:
 def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
     import nbformat
 
-    from ..variants import error_text
+    from ..devtools.variants import error_text
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     if not p.exists() or not cells:

@@ -137,7 +137,7 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
 
     from .. import catalog
     from .submissions import _norm
-    from ..variants import error_text
+    from ..devtools.variants import error_text
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"

@@ -601,7 +601,7 @@ def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[
     import nbformat
 
     from ..core.course import SOLUTIONS, ensure_kernel_path
-    from ..variants import solution_cells
+    from ..devtools.variants import solution_cells
 
     ensure_kernel_path()
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)

@@ -15,7 +15,7 @@ import ast
 import json
 from pathlib import Path
 
-from .core.course import EXERCISES, REPO
+from ..core.course import EXERCISES, REPO
 
 TARGET = REPO / "attention_workbook" / "checks" / "graded.py"
 PACKAGE = "attention_workbook"
@@ -55,7 +55,7 @@ def _check_call(gid: str, source: str) -> tuple[str, tuple[str, ...]]:
 
 def _provided(sources: list[str]) -> list[str]:
     """Canonical names of the package objects ``from attention_workbook.X import y`` brings in."""
-    from .verdict.delegation import canonical
+    from ..verdict.delegation import canonical
 
     out: list[str] = []
     for src in sources:

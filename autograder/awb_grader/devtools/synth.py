@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import catalog
+from .. import catalog
 from .variants import solution_cells, student_notebook
 
 KINDS = ["correct", "correct", "alternative", "mistake", "mistake", "two_mistakes", "unanswered",
@@ -114,7 +114,7 @@ def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool
     ``sandboxed=False`` (no bubblewrap) leaves out the kinds only a sandbox can stop
     (``SANDBOX_ONLY``: they would really read solutions/, write the gradebook and the
     repository, reach the network, fork without limit as root)."""
-    from .catalog import alternatives, mistakes
+    from ..catalog import alternatives, mistakes
 
     a = ADV_ASSIGNMENT
     sol = solution_cells(a)

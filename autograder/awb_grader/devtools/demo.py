@@ -18,9 +18,9 @@ from pathlib import Path
 
 import nbformat
 
-from . import catalog
-from .core.course import REPO, Course
-from .cohort.pipeline import grade_submissions, table, write_flags
+from .. import catalog
+from ..core.course import REPO, Course
+from ..cohort.pipeline import grade_submissions, table, write_flags
 from .variants import student_notebook
 from .warm import warm_kernels
 

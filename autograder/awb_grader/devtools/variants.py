@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from .core.course import SOLUTIONS, Course
+from ..core.course import SOLUTIONS, Course
 from .warm import warm_kernels
 
 _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
