@@ -189,7 +189,7 @@ def main() -> None:
 
     # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): a new
     # bubblewrap-sandboxed kernel and replay per notebook, the outside verdict as nbgrader's own
-    # autograde step (awb_grader.core.protect)
+    # autograde step (awb_grader.core.config)
     from awb_grader.cohort.run import run_cohort
 
     def cohort(zip_path: Path, dest: Path, names: list[str], w: int):

@@ -44,7 +44,7 @@ def cmd_grade(a) -> int:
 def cmd_cohort(a) -> int:
     """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
     from .cohort.run import DEFAULT_PATTERN, run_cohort
-    from .core.protect import Refused
+    from .isolation.sandbox import Refused
 
     root, shard = a.course, None
     if a.shard is not None:

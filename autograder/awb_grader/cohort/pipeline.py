@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..core.course import Course
 from ..core.gradebook import record_ungradable
-from ..core.protect import verdict_of
+from ..core.metadata import verdict_of
 from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
 
 
@@ -101,7 +101,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
         row.score = sum(scores.values())
         row.failed_cells = [c for c, s in scores.items() if s < max_scores.get(c, 0)]
         row.misconceptions, row.unanswered = _diagnose(course, assignment, student, row.failed_cells)
-        # what nbgrader's own autograde steps decided (protect.OutsideVerdict): every door reads it here
+        # what nbgrader's own autograde steps decided (core/preprocessors/outside_verdict.py): every door reads it here
         verdict = verdict_of(course.path("autograded", student, assignment) / f"{assignment}.ipynb")
         row.reasons.extend(verdict.get("reasons", []))
         if verdict.get("status") == FLAGGED and row.status in (OK, REPAIRED):

@@ -231,7 +231,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     (default: the CPU cores, at most 8); ``timeout``: seconds per cell; ``memory_mb``: a kernel's
     memory limit (default ``sandbox.Limits.memory_mb``); ``regrade``: grade unchanged submissions again;
     ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
-    the collected submissions (:func:`shards.select`). Refuses (``protect.Refused``) where
+    the collected submissions (:func:`shards.select`). Refuses (``isolation.sandbox.Refused``) where
     bubblewrap cannot run, unless ``unprotected``."""
     from . import parallel
     from ..isolation import sandbox as sb

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .protect import META
+from .metadata import META
 
 UNGRADABLE_TITLE = "Not graded: this submission could not be read"
 

@@ -122,7 +122,7 @@ PROVIDED_ENV = "AWB_PROVIDED"    # "<assignment>:<file>:<file>..." set by the gr
 def provided_files(assignment: str, release: str | None = None) -> list[Path]:
     """The files of :func:`provided_modules` (what the sandbox binds of the helper package). A
     kernel's launcher (a new process per kernel) reads them from ``$AWB_PROVIDED``, which the
-    grading process sets once per submission (``protect.SandboxGuard``: :func:`announce`)."""
+    grading process sets once per submission (``SandboxGuard``: :func:`announce`)."""
     given = os.environ.get(PROVIDED_ENV, "")
     if given.split(os.pathsep, 1)[0] == assignment and not release:
         return [Path(p) for p in given.split(os.pathsep)[1:]]

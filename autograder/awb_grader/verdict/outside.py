@@ -3,7 +3,7 @@
 nbgrader decides a test cell's points inside the student's kernel: a submission that redefines
 ``torch.allclose``, ``torch.testing``, numpy, the check helpers, or IPython's error display can
 make failing checks look green there. After nbgrader has executed a submission, :func:`decide`
-(run by nbgrader itself, as the autograde step ``protect.OutsideVerdict``) decides every test
+(run by nbgrader itself, as the autograde step ``OutsideVerdict``) decides every test
 cell that earned points, in the grader's own process:
 
 1. the student's code cells (setup and answers, the test cells left out) are run again in a
