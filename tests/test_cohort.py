@@ -14,7 +14,8 @@ from awb_grader import catalog
 from awb_grader.cohort import run as cohort
 from awb_grader.verdict import outside as verdict
 from awb_grader.isolation import sandbox
-from awb_grader.cohort.run import DEFAULT_PATTERN, Record
+from awb_grader.cohort.run import DEFAULT_PATTERN
+from awb_grader.core.records import Record
 from awb_grader.core.course import EXERCISES, REPO, Course
 from awb_grader.devtools.variants import student_notebook
 
@@ -65,7 +66,8 @@ def test_zip_collect_sorts_a_multi_exercise_zip(tmp_path):
 def test_cells_from_an_older_release_are_unmarked_not_fatal(tmp_path):
     """A notebook downloaded before the exercise changed carries cell ids the release no longer
     has; nbgrader would crash on it (KeyError 'grade_id'): the check unmarks them instead."""
-    from awb_grader.cohort.submissions import REPAIRED, inspect_notebook
+    from awb_grader.cohort.submissions import inspect_notebook
+    from awb_grader.core.records import REPAIRED
 
     nb = student_notebook(RELEASE, A)
     ro = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("ro-"))

@@ -10,7 +10,8 @@ import pytest
 from awb_grader.devtools import demo
 from awb_grader.core.course import AUTOGRADER
 from awb_grader import catalog
-from awb_grader.cohort.pipeline import Record, grade_submissions, table
+from awb_grader.cohort.pipeline import grade_submissions, table
+from awb_grader.core.records import Record
 
 pytestmark = pytest.mark.xdist_group("demo")
 

@@ -78,7 +78,7 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
 
     from awb_grader.cohort import parallel
     from awb_grader.core.course import nbgrader_quirks_silenced
-    from awb_grader.cohort.pipeline import Record
+    from awb_grader.core.records import Record
 
     main = Course(tmp_path / "main", release_dir=tmp_path / "main" / "release")
     main.generate_assignment(A)

@@ -29,8 +29,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..core.course import Course, nbgrader_quirks_silenced
-from .pipeline import Record, grade_submissions
-from .submissions import FLAGGED, UNGRADABLE
+from ..core.records import FLAGGED, UNGRADABLE, Record
+from .pipeline import grade_submissions
 
 
 @dataclass

@@ -10,7 +10,6 @@ import csv
 import re
 import shutil
 import textwrap
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -18,42 +17,8 @@ from tqdm.auto import tqdm
 from ..core.course import Course
 from ..core.gradebook import record_ungradable
 from ..core.metadata import verdict_of
-from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
-
-
-@dataclass
-class Record:
-    """One graded submission: what every door reports (flags.csv, the table, the cohort's state,
-    the Gradescope and PrairieLearn harnesses) and what the grading workers hand back."""
-    assignment: str
-    student: str
-    sha: str = ""                     # of the file as submitted (and its timestamp): unchanged = not regraded
-    score: float = 0.0
-    max_score: float = 0.0
-    status: str = OK                  # a submissions.Status
-    reasons: list = field(default_factory=list)
-    failed_cells: list = field(default_factory=list)
-    errors: dict = field(default_factory=dict)            # failing grade_id -> error text (the insight)
-    seconds: float = 0.0
-    phases: dict = field(default_factory=dict)            # seconds: grade (check+autograde), feedback
-    misconceptions: list = field(default_factory=list)    # catalog labels its errors name
-    unanswered: list = field(default_factory=list)        # answer cells left as the stub
-    worker: int = -1                  # which grading worker, when it took it and gave it back (time.time())
-    began: float = 0.0
-    ended: float = 0.0
-    gradebook: dict | None = field(default=None, repr=False)   # in transit only: what nbgrader recorded
-
-    @property
-    def notes(self) -> list[str]:
-        """What the table says about the student: mistakes first, then flags and repairs."""
-        unanswered = [f"unanswered: {', '.join(self.unanswered)}"] if self.unanswered else []
-        return [*self.misconceptions, *unanswered, *self.reasons]
-
-    def state(self) -> dict:
-        """What the cohort keeps of it between runs (``cohort_state.json``)."""
-        out = asdict(self)
-        out.pop("gradebook")
-        return out
+from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE, Record, points_text
+from .submissions import Inspection, inspect_notebook
 
 
 def grade_submissions(course: Course, assignment: str, submissions: dict[str, Path],
@@ -169,7 +134,7 @@ def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) ->
         w = csv.writer(fh)
         w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
         for r in records:
-            w.writerow([r.student, r.assignment, _fmt(r.score), _fmt(r.max_score), r.status,
+            w.writerow([r.student, r.assignment, points_text(r.score), points_text(r.max_score), r.status,
                         " | ".join(r.reasons), " ".join(r.failed_cells)])
         for f in unmatched:
             w.writerow(["?", "?", "", "", "unmatched",
@@ -177,15 +142,12 @@ def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) ->
     return dest
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
-
-
 def table(rows: list[Record], notes_width: int = 80) -> str:
     """One line per student (long notes wrap under their column): score, status, then the
     mistakes their errors name, unanswered cells, and every flag or repair with its reason."""
     head = ["student", "score", "status", "notes"]
-    body = [[r.student, f"{_fmt(r.score)}/{_fmt(r.max_score)}", r.status, "; ".join(r.notes) or "-"] for r in rows]
+    body = [[r.student, f"{points_text(r.score)}/{points_text(r.max_score)}", r.status, "; ".join(r.notes) or "-"]
+            for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     widths[-1] = min(widths[-1], notes_width)
     indent = " " * (sum(widths[:-1]) + 2 * (len(widths) - 1))

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.course import Course, resolve
-from .pipeline import Record, _fmt, write_flags
-from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
+from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE, Record, points_text
+from .pipeline import write_flags
 
 # <student>_<anything_>NN_topic[ (1)|-2].ipynb  or  <student>/<anything_>NN_topic.ipynb
 DEFAULT_PATTERN = (r"^(?:.*/)?(?P<student_id>[A-Za-z0-9][A-Za-z0-9.@-]*)(?:_|/)(?:[^/]*?_)?"
@@ -403,8 +403,8 @@ def summarize(res: CohortResult) -> str:
         rs = [r for r in recs if r.assignment == a]
         sc = [r.score for r in rs]
         mx = rs[0].max_score
-        lines.append(f"  {a:<30} {len(rs):>4} {statistics.mean(sc):>6.1f} {statistics.median(sc):>6.1f} {_fmt(mx):>5}"
-                     f"  {sum(s == mx for s in sc):>4}  {sum(s == 0 for s in sc):>4}  "
+        lines.append(f"  {a:<30} {len(rs):>4} {statistics.mean(sc):>6.1f} {statistics.median(sc):>6.1f} "
+                     f"{points_text(mx):>5}  {sum(s == mx for s in sc):>4}  {sum(s == 0 for s in sc):>4}  "
                      f"{sum(r.status in (FLAGGED, UNGRADABLE) for r in rs):>7}")
     if recs:
         (res.root / "summary").mkdir(exist_ok=True)

@@ -14,21 +14,11 @@ import ast
 import json
 import shutil
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 import nbformat
 
-
-class Status(StrEnum):
-    """A graded submission's status (the same words in flags.csv, the table and every harness)."""
-    OK = "ok"                    # graded normally
-    REPAIRED = "repaired"        # fixed before grading (read the reason), then graded normally
-    FLAGGED = "flagged"          # graded, but look: a time limit, a sandbox event, tampering, edited tests
-    UNGRADABLE = "ungradable"    # not a notebook: 0 points, the reason says why
-
-
-OK, REPAIRED, FLAGGED, UNGRADABLE = Status.OK, Status.REPAIRED, Status.FLAGGED, Status.UNGRADABLE
+from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE
 
 
 @dataclass
