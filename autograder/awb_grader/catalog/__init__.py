@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from ..core.metadata import cell_meta
+
 
 @dataclass(frozen=True)
 class Mistake:
@@ -72,7 +74,7 @@ def _solution_cells(assignment: str) -> dict[str, str]:
 
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     return {c.metadata["nbgrader"]["grade_id"]: _MARKERS.sub("", c.source)
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+            for c in nb.cells if cell_meta(c).get("solution")}
 
 
 def solution(assignment: str, cell: str) -> str:

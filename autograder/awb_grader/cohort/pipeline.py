@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from ..core.course import Course
 from ..core.gradebook import record_ungradable
-from ..core.metadata import verdict_of
+from ..core.metadata import cell_meta, verdict_of
 from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE, Record, points_text
 from .submissions import Inspection, inspect_notebook
 
@@ -101,17 +101,17 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
     import nbformat
 
     from .. import catalog
-    from .submissions import _norm
     from ..devtools.variants import error_text
+    from .submissions import _norm
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
     if not p.exists() or not release_nb.exists():
         return [], []
     stubs = {c.metadata["nbgrader"]["grade_id"]: _norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
-             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+             if cell_meta(c).get("solution") and c.cell_type == "code"}
     nb = nbformat.read(p, as_version=4)
-    unanswered = [gid for c in nb.cells if (gid := c.metadata.get("nbgrader", {}).get("grade_id")) in stubs
+    unanswered = [gid for c in nb.cells if (gid := cell_meta(c).get("grade_id")) in stubs
                   and _norm(c.source) == stubs[gid]]
     errors = {c: error_text(nb, c) for c in failed}
     named = [" or ".join(m.short for m in group) for group in catalog.named_by_errors(assignment, failed, errors)

@@ -13,6 +13,12 @@ from pathlib import Path
 META = "awb_grader"          # the autograded notebook's metadata key: status, reasons, withheld cells
 
 
+def cell_meta(cell) -> dict:
+    """A cell's nbgrader metadata (``grade_id``, ``solution``, ``grade``, ``locked``, ``points``);
+    {} where it has none. ``cell``: an nbformat cell or the plain dict of one."""
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
 def verdict_of(notebook_path: Path) -> dict:
     """What the autograde steps (``OutsideVerdict``) wrote into an autograded notebook ({} if nothing)."""
     import nbformat

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from ..core.course import EXERCISES, REPO
+from ..core.metadata import cell_meta
 
 TARGET = REPO / "attention_workbook" / "checks" / "graded.py"
 PACKAGE = "attention_workbook"
@@ -79,7 +80,7 @@ def facts(release: Path = EXERCISES) -> dict[str, dict]:
         cells = json.loads(nb_path.read_text())["cells"]
         answers, tests, before_first_answer = [], [], []
         for cell in cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
+            meta = cell_meta(cell)
             if cell["cell_type"] != "code":
                 continue
             if meta.get("solution"):

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 from .. import catalog
+from ..core.metadata import cell_meta
 from .variants import solution_cells, student_notebook
 
 KINDS = ["correct", "correct", "alternative", "mistake", "mistake", "two_mistakes", "unanswered",
@@ -168,12 +169,12 @@ for _ in range(400):
     put("hana", "stripped nbgrader metadata", stripped, "full")
     m = mk["sdpa_mask_after_softmax"]
     deleted = nb({m.cell: m.source})
-    deleted.cells = [c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_sdpa_causal"]
+    deleted.cells = [c for c in deleted.cells if cell_meta(c).get("grade_id") != "test_sdpa_causal"]
     put("ivan", "deleted test cells", deleted, "mistake:sdpa_mask_after_softmax")
     m = mk["causal_mask_upper"]
     edited = nb({m.cell: m.source})
     for c in edited.cells:
-        gid = c.metadata.get("nbgrader", {}).get("grade_id", "")
+        gid = cell_meta(c).get("grade_id", "")
         if gid.startswith("test_"):
             c.source = "print('all good')"
         elif gid.startswith("ro-") and "import" in c.source and "checks" in c.source:

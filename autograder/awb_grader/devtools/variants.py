@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 from ..core.course import SOLUTIONS, Course
+from ..core.metadata import cell_meta
 from .warm import warm_kernels
 
 _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
@@ -27,7 +28,7 @@ def solution_cells(assignment: str) -> dict[str, str]:
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     out = {}
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("solution"):
             out[meta["grade_id"]] = _MARKERS.sub("", cell.source)
     return out
@@ -42,7 +43,7 @@ def notebook_cells(assignment: str) -> tuple[dict[str, str], dict[str, str], dic
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     solutions, tests, points = {}, {}, {}
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("solution"):
             solutions[meta["grade_id"]] = _ALL_MARKERS.sub("", cell.source)
         elif meta.get("grade"):
@@ -62,8 +63,8 @@ def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str
     if unknown:
         raise KeyError(f"no solution cell(s) {sorted(unknown)} in {assignment}")
     for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if cell.metadata.get("nbgrader", {}).get("solution") and gid not in unanswered:
+        gid = cell_meta(cell).get("grade_id")
+        if cell_meta(cell).get("solution") and gid not in unanswered:
             cell.source = overrides.get(gid, solutions[gid])
     return nb
 
@@ -121,7 +122,7 @@ def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: P
 def error_text(nb: nbformat.NotebookNode, grade_id: str) -> str:
     """The error output of one graded cell (ANSI codes removed), '' if it passed."""
     for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id and cell.cell_type == "code":
+        if cell_meta(cell).get("grade_id") == grade_id and cell.cell_type == "code":
             parts = []
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":

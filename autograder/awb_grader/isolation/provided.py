@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from ..core.course import AUTOGRADER, EXERCISES, REPO
+from ..core.metadata import cell_meta
 
 PACKAGE = "attention_workbook"
 ROOT = REPO / PACKAGE
@@ -97,7 +98,7 @@ def provided_modules(assignment: str, release: str | None = None) -> frozenset[s
             f"{PACKAGE}.checks.ex{nn}", f"{PACKAGE}.checks.battery", f"{PACKAGE}.checks.battery.ex{nn}"}
     # the notebook read as plain JSON: nbformat would bring jsonschema's start-up into every caller
     for cell in json.loads(nb_path.read_text(encoding="utf-8"))["cells"]:
-        if cell["cell_type"] == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+        if cell["cell_type"] == "code" and not cell_meta(cell).get("solution"):
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             full |= _imports("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
     own, shared = _hidden_imports(nn)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.course import REPO
+from ..core.metadata import cell_meta
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
@@ -166,7 +167,7 @@ def release_cells(release_nb: Path) -> list[tuple[str, float]]:
     nb = nbformat.read(release_nb, as_version=4)
     out = []
     for c in nb.cells:
-        md = c.metadata.get("nbgrader", {})
+        md = cell_meta(c)
         if md.get("grade") and not md.get("solution") and md.get("grade_id"):
             out.append((md["grade_id"], float(md.get("points", 0))))
     return out
@@ -183,7 +184,7 @@ def _messages(nb_path: Path) -> dict[str, tuple[str, str]]:
     except Exception:  # noqa: BLE001 - no notebook: no messages
         return out
     for c in nb.cells:
-        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        gid = cell_meta(c).get("grade_id")
         if c.cell_type != "code" or not gid:
             continue
         for o in c.get("outputs", []):

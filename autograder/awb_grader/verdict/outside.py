@@ -41,6 +41,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.metadata import cell_meta
 from .delegation import const_str, parse
 
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
@@ -355,7 +356,7 @@ def _cells(nb):
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("grade") and not meta.get("solution"):
             m = _HIDDEN.search(cell.source)
             if m:
@@ -432,7 +433,7 @@ def student_cells(nb) -> list[str]:
     and test cells, which nbgrader restores from the release)."""
     out = []
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if cell.cell_type == "code" and (meta.get("solution") or not meta):
             out.append(cell.source)
     return out
@@ -443,7 +444,7 @@ def item_cells(nb) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     current = None
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("solution"):
             current = meta.get("grade_id")
             out.setdefault(current, [])
@@ -571,7 +572,7 @@ def events(nb) -> tuple[list[str], list[str], list[str]]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         where = meta.get("grade_id")
         text = []
         for o in cell.get("outputs", []):
@@ -607,7 +608,7 @@ def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     sol = solution_cells(assignment)
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("solution"):
             cell.source = sol[meta["grade_id"]]
     _, hidden = _cells(nb)

@@ -7,7 +7,7 @@ from pathlib import Path
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
-from ..metadata import META
+from ..metadata import META, cell_meta
 from ..outputs import error_output
 
 WITHHELD = "PointsWithheld"
@@ -43,7 +43,7 @@ class OutsideVerdict(NbGraderPreprocessor):
         scope = "events" if meta.get("sandbox") == "trusted" else "full" if self.recheck else "static"
         d = verdict.decide(nb, assignment, cwd, earned(nb), timeout=timeout, scope=scope)
         for cell in nb.cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            gid = cell_meta(cell).get("grade_id")
             if gid in d.withheld and cell.cell_type == "code":
                 why = d.withheld[gid]
                 cell.outputs.append(error_output(WITHHELD, why))

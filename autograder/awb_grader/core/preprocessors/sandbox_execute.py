@@ -5,7 +5,7 @@ from __future__ import annotations
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute
 
-from ..metadata import META
+from ..metadata import META, cell_meta
 from ..outputs import error_output
 
 STOPPED = "KernelStopped"
@@ -34,7 +34,7 @@ class SandboxExecute(Execute):
                     cell.outputs = [error_output(STOPPED, why)]
             meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
             meta["status"] = "flagged"
-            where = nb.cells[self._awb_at].metadata.get("nbgrader", {}).get("grade_id", f"cell {self._awb_at}")
+            where = cell_meta(nb.cells[self._awb_at]).get("grade_id", f"cell {self._awb_at}")
             meta["reasons"] = [*meta.get("reasons", []), f"the kernel stopped answering in {where} "
                                f"(froze or was killed): the cells from there on were not run"]
             return nb, resources
