@@ -77,7 +77,7 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
     from nbgrader.api import Gradebook
 
     from awb_grader.cohort import parallel
-    from awb_grader.core.course import nbgrader_quirks_silenced
+    from awb_grader.core.gradebook import nbgrader_quirks_silenced
     from awb_grader.core.records import Record
 
     main = Course(tmp_path / "main", release_dir=tmp_path / "main" / "release")

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..core.course import Course, nbgrader_quirks_silenced
+from ..core.course import Course
+from ..core.gradebook import store_submission, submission_data
 from ..core.records import FLAGGED, UNGRADABLE, Record
 from .pipeline import grade_submissions
 
@@ -249,52 +250,6 @@ def merge_one(course: Course, r: Record, gb) -> None:
         r.status = FLAGGED
         r.reasons.append(f"graded, but the grade could not be recorded in the gradebook "
                              f"({type(e).__name__}: {str(e)[:150]}): grade it again")
-
-
-def submission_data(gb, assignment: str, student: str) -> dict | None:
-    """Everything nbgrader recorded for one submission, as plain data (None if nothing)."""
-    from nbgrader.api import MissingEntry
-
-    try:
-        sub = gb.find_submission(assignment, student)
-    except MissingEntry:
-        return None
-    st = sub.student
-    return {
-        "student": {"first_name": st.first_name, "last_name": st.last_name, "email": st.email,
-                    "lms_user_id": st.lms_user_id},
-        "timestamp": sub.timestamp, "extension": sub.extension,
-        "notebooks": [{"name": nb.name, "flagged": nb.flagged, "late_submission_penalty": nb.late_submission_penalty,
-                       "grades": [(g.name, g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade)
-                                  for g in nb.grades],
-                       "comments": [(c.name, c.auto_comment, c.manual_comment) for c in nb.comments]}
-                      for nb in sub.notebooks],
-    }
-
-
-def store_submission(dst, assignment: str, student: str, data: dict) -> None:
-    """Write :func:`submission_data` into gradebook ``dst`` (over an earlier grade, if any)."""
-    from nbgrader.api import MissingEntry
-
-    dst.update_or_create_student(student, **data["student"])
-    try:
-        d_sub = dst.find_submission(assignment, student)
-        d_sub.timestamp = data["timestamp"]
-    except MissingEntry:
-        with nbgrader_quirks_silenced():
-            d_sub = dst.add_submission(assignment, student, timestamp=data["timestamp"])
-    d_sub.extension = data["extension"]
-    for nb in data["notebooks"]:
-        d_nb = dst.find_submission_notebook(nb["name"], assignment, student)
-        d_nb.flagged = nb["flagged"]
-        d_nb.late_submission_penalty = nb["late_submission_penalty"]
-        for name, auto, manual, extra, needs in nb["grades"]:
-            dg = dst.find_grade(name, nb["name"], assignment, student)
-            dg.auto_score, dg.manual_score, dg.extra_credit, dg.needs_manual_grade = auto, manual, extra, needs
-        for name, auto, manual in nb["comments"]:
-            dc = dst.find_comment(name, nb["name"], assignment, student)
-            dc.auto_comment, dc.manual_comment = auto, manual
-    dst.db.commit()
 
 
 def gradebook_dump(db_url: str) -> list[tuple]:

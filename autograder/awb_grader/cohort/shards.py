@@ -9,7 +9,7 @@ pairs in sorted order, every N-th from the I-th) into a course root of its own,
 system). I defaults to ``SLURM_ARRAY_TASK_ID`` or Kubernetes' ``JOB_COMPLETION_INDEX``.
 
 ``python -m awb_grader merge`` then folds every shard's gradebook into the course's through
-nbgrader's ``Gradebook`` API (``parallel.submission_data`` / ``store_submission``, the same
+nbgrader's ``Gradebook`` API (``core.gradebook.submission_data`` / ``store_submission``, the same
 writes the parallel workers' merge does), copies each graded submission's folders, joins the
 shards' ``cohort_state.json`` and lets the cohort command export ``grades.csv``, ``flags.csv``
 and the summary over the whole cohort. Merging overwrites each submission with its shard's
@@ -100,7 +100,7 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
     from nbgrader.api import Gradebook
 
     from .run import build_course, load_state, save_state
-    from .parallel import store_submission, submission_data
+    from ..core.gradebook import store_submission, submission_data
 
     course = Path(course).resolve()
     states = {Path(r): load_state(r) for r in roots}

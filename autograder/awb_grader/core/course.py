@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gradebook import name_students, nbgrader_quirks_silenced
 
 REPO = Path(__file__).resolve().parents[3]
 AUTOGRADER = REPO / "autograder"
@@ -58,25 +57,6 @@ def ensure_kernel_path() -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if bindir not in path:
         os.environ["PATH"] = os.pathsep.join([bindir, *path])
-
-
-@contextmanager
-def nbgrader_quirks_silenced():
-    """Silence two warnings that nbgrader's own code raises while autograding and that say
-    nothing about the submission or the course (each filtered by its message and module):
-
-    * SQLAlchemy 2's ``SAWarning: Object of type <SubmittedAssignment> not in session``:
-      ``Gradebook.add_submission`` builds the submission's rows, reads a relationship (an
-      autoflush) and only then ``session.add``s them, which it does: nothing is lost;
-    * nbformat's ``MissingIDFieldWarning``: the test cell nbgrader adds back when a student
-      deleted it (``OverwriteCells.add_missing_cells``) is built without a cell id, which
-      nbformat then gives it.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session",
-                                module=r"nbgrader\.api")
-        warnings.filterwarnings("ignore", message="Cell is missing an id field", module=r"nbformat\.validator")
-        yield
 
 
 @dataclass
@@ -171,8 +151,6 @@ class Course:
         if not self.db_url and not (self.root / "gradebook.db").exists():
             return
         from nbgrader.api import Gradebook
-
-        from .gradebook import name_students
 
         with Gradebook(self.db) as gb:
             name_students(gb, [student])
