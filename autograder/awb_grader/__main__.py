@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .platforms import gradescope, prairielearn
-from .cohort import shards
+from .cohort import cluster, shards
 from .core.course import COHORT_ROOT, REPO
+from .platforms import gradescope, prairielearn
 
 
 def cmd_release(a) -> int:
@@ -69,9 +69,9 @@ def cmd_cohort(a) -> int:
 def cmd_adversarial(a) -> int:
     import shutil
 
-    from .devtools import synth
     from .cohort.run import run_cohort
     from .core.course import EXERCISES
+    from .devtools import synth
     from .isolation.sandbox import bwrap_works
 
     where = a.course.resolve()
@@ -128,8 +128,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_cohort)
 
     p = sub.add_parser("merge", help="fold cluster shards' gradebooks into the course's (idempotent)")
-    shards.add_merge_arguments(p)
-    p.set_defaults(run=shards.merge_command)
+    cluster.add_merge_arguments(p)
+    p.set_defaults(run=cluster.merge_command)
 
     p = sub.add_parser("adversarial", help="write the adversarial cohort (hostile and broken submissions "
                                            "with honest ones) and grade it with the cohort command")

@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -33,11 +31,11 @@ from pathlib import Path
 from ..core.course import Course, resolve
 from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE, Record, points_text
 from .pipeline import write_flags
+from .state import load_state, save_state, submission_sha
 
 # <student>_<anything_>NN_topic[ (1)|-2].ipynb  or  <student>/<anything_>NN_topic.ipynb
 DEFAULT_PATTERN = (r"^(?:.*/)?(?P<student_id>[A-Za-z0-9][A-Za-z0-9.@-]*)(?:_|/)(?:[^/]*?_)?"
                    r"(?P<file_id>\d\d_[A-Za-z0-9_]*?)(?:[ _-]*\(?\d+\)?)?\.ipynb$")
-STATE = "cohort_state.json"
 
 
 # -- collection (nbgrader zip_collect + a file-name collector) --------------------------------
@@ -185,27 +183,6 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
 
 
 # -- the cohort run ---------------------------------------------------------------------------
-def _sha(path: Path, timestamp: str | None) -> str:
-    h = hashlib.sha256(Path(path).read_bytes())
-    h.update((timestamp or "").encode())
-    return h.hexdigest()[:20]
-
-
-def load_state(root: Path) -> dict:
-    p = Path(root) / STATE
-    if not p.exists():
-        return {}
-    data = json.loads(p.read_text())
-    return {a: {s: Record(**r) for s, r in per.items()} for a, per in data.items()}
-
-
-def save_state(root: Path, state: dict) -> None:
-    data = {a: {s: r.state() for s, r in sorted(per.items())} for a, per in sorted(state.items())}
-    tmp = Path(root) / (STATE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(Path(root) / STATE)
-
-
 @dataclass
 class CohortResult:
     root: Path
@@ -233,8 +210,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
     the collected submissions (:func:`shards.select`). Refuses (``isolation.sandbox.Refused``) where
     bubblewrap cannot run, unless ``unprotected``."""
-    from . import parallel
     from ..isolation import sandbox as sb
+    from . import parallel
 
     t0 = time.perf_counter()
     steps = {"start": time.time()}
@@ -265,7 +242,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     tasks, skipped = [], 0
     for a, per in sorted(got.subs.items()):
         for student, (path, ts) in sorted(per.items()):
-            sha = _sha(path, ts)
+            sha = submission_sha(path, ts)
             old = state.get(a, {}).get(student)
             done = old is not None and old.sha == sha and (
                 old.status == UNGRADABLE or (root / "autograded" / student / a).exists())
