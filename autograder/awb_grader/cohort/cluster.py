@@ -3,14 +3,13 @@ node, :mod:`shards`) into the course, then export over the whole cohort."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
 
+from .merge import take_folders
 from .shards import shard_roots
 
-STEPS = ("submitted", "autograded", "feedback", "originals")
 NOTHING = "nothing graded in the shards"
 
 
@@ -63,12 +62,7 @@ def merge(course: Path, roots: list[Path], say=print) -> str:
             with Gradebook(f"sqlite:///{Path(r) / 'gradebook.db'}") as src:
                 for a, per in sorted(st.items()):
                     for s, rec in sorted(per.items()):
-                        for step in STEPS:
-                            d, f = course / step / s / a, Path(r) / step / s / a
-                            if d.exists():
-                                shutil.rmtree(d)
-                            if f.exists():
-                                shutil.copytree(f, d)
+                        take_folders(r, course, a, s, move=False)
                         data = submission_data(src, a, s)
                         if data is not None:
                             store_submission(dst, a, s, data)
