@@ -9,7 +9,8 @@ import pytest
 
 from awb_grader import catalog
 from awb_grader.core.course import EXERCISES, Course
-from awb_grader.cohort.parallel import Task, grade_parallel, gradebook_dump
+from awb_grader.cohort.parallel import Task, grade_parallel
+from awb_grader.devtools.compare import gradebook_dump
 from awb_grader.cohort.pipeline import grade_submissions
 from awb_grader.devtools.variants import student_notebook
 from awb_grader.devtools.warm import warm_kernels

@@ -26,7 +26,7 @@ from awb_grader.isolation import sandbox
 from awb_grader.cohort import shards
 from awb_grader.devtools import synth
 from awb_grader.core.course import EXERCISES, REPO
-from awb_grader.cohort.parallel import gradebook_dump
+from awb_grader.devtools.compare import gradebook_dump
 
 A = "04_queries_keys_values"
 

@@ -155,7 +155,7 @@ def _grade_one(task: Task) -> Record:
 def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
     import nbformat
 
-    from ..devtools.variants import error_text
+    from ..core.outputs import error_text
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     if not p.exists() or not cells:
@@ -221,22 +221,3 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-def gradebook_dump(db_url: str) -> list[tuple]:
-    """Every grade and comment of every submission, sorted: to compare two gradebooks."""
-    from nbgrader.api import Gradebook
-
-    out = []
-    with Gradebook(db_url) as gb:
-        for a in gb.assignments:
-            for sub in gb.assignment_submissions(a.name):
-                out.append((a.name, sub.student.id, "timestamp", str(sub.timestamp)))
-                for nb in sub.notebooks:
-                    out.append((a.name, sub.student.id, nb.name, "flagged", nb.flagged))
-                    for g in nb.grades:
-                        out.append((a.name, sub.student.id, g.name, g.auto_score, g.manual_score,
-                                    g.extra_credit, g.needs_manual_grade))
-                    for c in nb.comments:
-                        out.append((a.name, sub.student.id, c.name, c.auto_comment, c.manual_comment))
-    return sorted(out, key=repr)

@@ -101,7 +101,7 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
     import nbformat
 
     from .. import catalog
-    from ..devtools.variants import error_text
+    from ..core.outputs import error_text
     from .submissions import _norm
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..core.course import SOLUTIONS, Course
+from ..core.course import SOLUTIONS, Course, ensure_kernel_path
 from ..core.metadata import cell_meta
 from .warm import warm_kernels
 
@@ -119,14 +119,19 @@ def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: P
     return Graded(scores, course.max_scores(assignment), course)
 
 
-def error_text(nb: nbformat.NotebookNode, grade_id: str) -> str:
-    """The error output of one graded cell (ANSI codes removed), '' if it passed."""
+def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:
+    """Outside verdicts of every test cell for the reference solution (no nbgrader): what an
+    honest, fully correct student gets from the re-check. Used by the test suite to show the
+    re-check never takes points from correct work."""
+    from ..verdict.outside import hidden_blocks, outside_verdicts
+
+    ensure_kernel_path()
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    sol = solution_cells(assignment)
     for cell in nb.cells:
-        if cell_meta(cell).get("grade_id") == grade_id and cell.cell_type == "code":
-            parts = []
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    parts.append(out.get("ename", "") + ": " + out.get("evalue", ""))
-                    parts.extend(out.get("traceback", []))
-            return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
-    return ""
+        meta = cell_meta(cell)
+        if meta.get("solution"):
+            cell.source = sol[meta["grade_id"]]
+    hidden = hidden_blocks(nb)
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    return outside_verdicts(nb, Path(workdir), list(hidden), timeout)

@@ -595,22 +595,6 @@ def events(nb) -> tuple[list[str], list[str], list[str]]:
     return broken, list(dict.fromkeys(timeouts)), stopped
 
 
-def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:
-    """Outside verdicts of every test cell for the reference solution (no nbgrader): what an
-    honest, fully correct student gets from the re-check. Used by the test suite to show the
-    re-check never takes points from correct work."""
-    import nbformat
-
-    from ..core.course import SOLUTIONS, ensure_kernel_path
-    from ..devtools.variants import solution_cells
-
-    ensure_kernel_path()
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    sol = solution_cells(assignment)
-    for cell in nb.cells:
-        meta = cell_meta(cell)
-        if meta.get("solution"):
-            cell.source = sol[meta["grade_id"]]
-    _, hidden = _cells(nb)
-    Path(workdir).mkdir(parents=True, exist_ok=True)
-    return outside_verdicts(nb, Path(workdir), list(hidden), timeout)
+def hidden_blocks(nb) -> dict[str, str]:
+    """{test grade_id: its hidden block} of a notebook."""
+    return _cells(nb)[1]
