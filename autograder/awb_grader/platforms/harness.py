@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.course import REPO
-from ..core.metadata import cell_meta
+from ..core.metadata import cell_meta, verdict_of
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
@@ -248,9 +248,10 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             return out
         out.status, out.reasons = str(getattr(rec.status, "value", rec.status)), list(rec.reasons)
         scores = _gradebook_scores(Path(root), assignment) if rec.status != "ungradable" else {}
-        msgs = _messages(Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb")
-        withheld = rec.status == "flagged" and any(
-            k in " ".join(rec.reasons) for k in ("tampering", "not the student's own work", "withheld"))
+        autograded = Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
+        msgs = _messages(autograded)
+        # points withheld by the outside verdict: what it wrote into the autograded notebook's metadata
+        withheld = rec.status == "flagged" and bool(verdict_of(autograded).get("withheld"))
         for gid, pts in cells:
             got = scores.get(gid, 0.0)
             if rec.status == "ungradable":
