@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..core.course import REPO
 from ..core.metadata import cell_meta, verdict_of
+from ..core.outputs import strip_ansi
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
@@ -188,7 +189,7 @@ def _messages(nb_path: Path) -> dict[str, tuple[str, str]]:
             continue
         for o in c.get("outputs", []):
             if o.get("output_type") == "error":
-                out[gid] = (o.get("ename", ""), re.sub(r"\x1b\[[0-9;]*m", "", o.get("evalue", "")))
+                out[gid] = (o.get("ename", ""), strip_ansi(o.get("evalue", "")))
                 break
     return out
 
