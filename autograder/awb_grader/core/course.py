@@ -9,12 +9,14 @@ plugin); this module only points nbgrader at the right directories and collects 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .gradebook import name_students, nbgrader_quirks_silenced
+from .metadata import cell_meta
 
 REPO = Path(__file__).resolve().parents[3]
 AUTOGRADER = REPO / "autograder"
@@ -41,6 +43,22 @@ def resolve(exercises: list[str] | None) -> list[str]:
         if not hit:
             raise SystemExit(f"unknown exercise {e!r} (known: {', '.join(allnames)})")
         out += [h for h in hit if h not in out]
+    return out
+
+
+_SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def solution_cells(assignment: str) -> dict[str, str]:
+    """{grade_id: code} of the solution cells, markers removed (what a correct student wrote)."""
+    import nbformat
+
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell_meta(cell)
+        if meta.get("solution"):
+            out[meta["grade_id"]] = _SOLUTION_MARKERS.sub("", cell.source)
     return out
 
 

@@ -16,23 +16,9 @@ from pathlib import Path
 
 import nbformat
 
-from ..core.course import SOLUTIONS, Course, ensure_kernel_path
+from ..core.course import SOLUTIONS, Course, ensure_kernel_path, solution_cells
 from ..core.metadata import cell_meta
 from .warm import warm_kernels
-
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
-
-
-def solution_cells(assignment: str) -> dict[str, str]:
-    """{grade_id: code} of the solution cells, markers removed (what a correct student wrote)."""
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    out = {}
-    for cell in nb.cells:
-        meta = cell_meta(cell)
-        if meta.get("solution"):
-            out[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-    return out
-
 
 _ALL_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 
