@@ -131,7 +131,7 @@ def main() -> None:
     print(f"[1] bare nbclient execution of one correct notebook: {t_bare:.2f} s (median of 3)  [{load()}]")
 
     # the collected submissions (zip_collect), shared by 2 and 3
-    from awb_grader.cohort.run import DEFAULT_PATTERN, collect
+    from awb_grader.cohort.collect import DEFAULT_PATTERN, collect
 
     got = collect(work / "cohort.zip", work / "inbox", base, [A], DEFAULT_PATTERN)
     subs = got.subs.get(A, {})

@@ -14,7 +14,8 @@ from awb_grader import catalog
 from awb_grader.cohort import run as cohort
 from awb_grader.verdict import outside as verdict
 from awb_grader.isolation import sandbox
-from awb_grader.cohort.run import DEFAULT_PATTERN
+from awb_grader.cohort.collect import DEFAULT_PATTERN, collect
+from awb_grader.cohort.summary import misconceptions
 from awb_grader.core.records import Record
 from awb_grader.core.course import EXERCISES, REPO, Course
 from awb_grader.devtools.variants import student_notebook
@@ -52,7 +53,7 @@ def test_zip_collect_sorts_a_multi_exercise_zip(tmp_path):
         zf.writestr("ben_05_multi_head_attention.ipynb", "{}")
         zf.writestr("carl_homework.ipynb", text)
     course = Course(tmp_path / "course", release_dir=EXERCISES)   # read-only use of the committed release
-    got = cohort.collect(z, tmp_path / "course" / "inbox", course, [A, "05_multi_head_attention"])
+    got = collect(z, tmp_path / "course" / "inbox", course, [A, "05_multi_head_attention"])
     assert set(got.subs[A]) == {"ada", "ben"}
     assert set(got.subs["05_multi_head_attention"]) == {"ben"}
     assert f"ben_late_1_{A} (2).ipynb" in got.renamed[("ben", A)] and "2 files" in got.renamed[("ben", A)]
@@ -86,7 +87,7 @@ def test_misconceptions_name_the_catalogued_mistake():
     recs = [Record(A, f"s{i}", "x", 25, 30, "ok", [], list(m.must_fail),
                    {c: f"CheckFailed: ... {m.hint} ..." for c in m.must_fail}) for i in range(3)]
     recs.append(Record(A, "ok", "x", 30, 30, "ok"))
-    top = cohort.misconceptions(recs, A)
+    top = misconceptions(recs, A)
     assert top[0]["cell"] in m.must_fail and top[0]["n"] == 3
     assert top[0]["mistakes"][0] == (m.description, 3)
 

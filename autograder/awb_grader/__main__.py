@@ -43,7 +43,8 @@ def cmd_grade(a) -> int:
 
 def cmd_cohort(a) -> int:
     """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
-    from .cohort.run import DEFAULT_PATTERN, run_cohort
+    from .cohort.collect import DEFAULT_PATTERN
+    from .cohort.run import run_cohort
     from .isolation.sandbox import Refused
 
     root, shard = a.course, None
