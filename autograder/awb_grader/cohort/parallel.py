@@ -145,7 +145,7 @@ def _grade_one(task: Task) -> Record:
         errors = failing_errors(course, task.assignment, task.student, row.failed_cells)
     from nbgrader.api import Gradebook
 
-    with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (formgrader_view.py)
+    with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (core/gradebook.py)
         data = submission_data(gb, task.assignment, task.student)
     row.sha, row.errors, row.seconds, row.phases = task.sha, errors, time.perf_counter() - t0, phases
     row.worker, row.gradebook, row.began, row.ended = _W["k"], data, began, time.time()

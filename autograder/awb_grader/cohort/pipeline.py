@@ -43,7 +43,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
             )
         if ins.status == UNGRADABLE:
             _forget_old_grade(course, assignment, student)
-            try:        # formgrader shows it flagged, with the reason (formgrader_view.py)
+            try:        # formgrader shows it flagged, with the reason (core/gradebook.py)
                 record_ungradable(course, assignment, student, row.reasons)
             except Exception as e:  # noqa: BLE001 - the student keeps the status and reason here
                 row.reasons.append(f"not recorded in the gradebook ({type(e).__name__}: {str(e)[:150]})")

@@ -165,7 +165,7 @@ class Course:
 
     def name_student(self, student: str) -> None:
         """Give the student a readable name in the gradebook before nbgrader's autograde creates
-        one with none (formgrader would show "None, None"): ``formgrader_view.name_students``."""
+        one with none (formgrader would show "None, None"): ``gradebook.name_students``."""
         if not self.db_url and not (self.root / "gradebook.db").exists():
             return
         from nbgrader.api import Gradebook

@@ -31,7 +31,7 @@ owner, the kernels go too (nothing is left running).
 
 **Trusted code only.** A forked kernel shares the zygote's memory image and is not a security
 boundary: this is for the test suite's own catalog grading. Student code is graded in a new
-bubblewrap sandbox per kernel (``sandbox.py``), never in a forked one.
+bubblewrap sandbox per kernel (``isolation/sandbox.py``), never in a forked one.
 """
 
 from __future__ import annotations
