@@ -134,34 +134,19 @@ def _grade_one(task: Task) -> Record:
     row = grade_submissions(course, task.assignment, {task.student: Path(task.path)}, feedback=False,
                             progress=False, timestamps={task.student: task.timestamp})[0]
     phases = {"grade": time.perf_counter() - t0}
-    errors = {}
-    if row.status != UNGRADABLE:
-        if spec.feedback:
-            t1 = time.perf_counter()
-            fb = course.generate_feedback(task.assignment, task.student)
-            phases["feedback"] = time.perf_counter() - t1
-            if not fb["success"]:
-                row.reasons.append("feedback could not be generated")
-        errors = failing_errors(course, task.assignment, task.student, row.failed_cells)
+    if row.status != UNGRADABLE and spec.feedback:
+        t1 = time.perf_counter()
+        fb = course.generate_feedback(task.assignment, task.student)
+        phases["feedback"] = time.perf_counter() - t1
+        if not fb["success"]:
+            row.reasons.append("feedback could not be generated")
     from nbgrader.api import Gradebook
 
     with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (core/gradebook.py)
         data = submission_data(gb, task.assignment, task.student)
-    row.sha, row.errors, row.seconds, row.phases = task.sha, errors, time.perf_counter() - t0, phases
+    row.sha, row.seconds, row.phases = task.sha, time.perf_counter() - t0, phases   # row.errors: grade_submissions
     row.worker, row.gradebook, row.began, row.ended = _W["k"], data, began, time.time()
     return row
-
-
-def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
-    import nbformat
-
-    from ..core.outputs import error_text
-
-    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
-    if not p.exists() or not cells:
-        return {}
-    nb = nbformat.read(p, as_version=4)
-    return {c: error_text(nb, c)[:600] for c in cells}
 
 
 # -- main side -------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
         max_scores = course.max_scores(assignment)
         row.score = sum(scores.values())
         row.failed_cells = [c for c, s in scores.items() if s < max_scores.get(c, 0)]
-        row.misconceptions, row.unanswered = _diagnose(course, assignment, student, row.failed_cells)
+        row.misconceptions, row.unanswered, row.errors = _diagnose(course, assignment, student, row.failed_cells)
         # what nbgrader's own autograde steps decided (core/preprocessors/outside_verdict.py): every door reads it here
         verdict = verdict_of(course.path("autograded", student, assignment) / f"{assignment}.ipynb")
         row.reasons.extend(verdict.get("reasons", []))
@@ -95,9 +95,10 @@ def _first_line(text: str | None) -> str:
     return lines[-1][:200] if lines else "unknown error"
 
 
-def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) -> tuple[list[str], list[str]]:
+def _diagnose(course: Course, assignment: str, student: str,
+              failed: list[str]) -> tuple[list[str], list[str], dict[str, str]]:
     """(labels of the catalogued mistakes the failing checks' messages name, answer cells
-    still holding the release's stub) for one autograded submission."""
+    still holding the release's stub, {failing cell: its error text}) for one autograded submission."""
     import nbformat
 
     from .. import catalog
@@ -107,7 +108,7 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
     if not p.exists() or not release_nb.exists():
-        return [], []
+        return [], [], {}
     stubs = {c.metadata["nbgrader"]["grade_id"]: _norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
              if cell_meta(c).get("solution") and c.cell_type == "code"}
     nb = nbformat.read(p, as_version=4)
@@ -116,7 +117,7 @@ def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) 
     errors = {c: error_text(nb, c) for c in failed}
     named = [" or ".join(m.short for m in group) for group in catalog.named_by_errors(assignment, failed, errors)
              if group[0].cell not in unanswered]
-    return list(dict.fromkeys(named)), unanswered
+    return list(dict.fromkeys(named)), unanswered, {c: text[:600] for c, text in errors.items()}
 
 
 def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
