@@ -103,17 +103,17 @@ def _diagnose(course: Course, assignment: str, student: str,
 
     from .. import catalog
     from ..core.outputs import error_text
-    from .submissions import _norm
+    from .submissions import norm
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
     if not p.exists() or not release_nb.exists():
         return [], [], {}
-    stubs = {c.metadata["nbgrader"]["grade_id"]: _norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
+    stubs = {c.metadata["nbgrader"]["grade_id"]: norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
              if cell_meta(c).get("solution") and c.cell_type == "code"}
     nb = nbformat.read(p, as_version=4)
     unanswered = [gid for c in nb.cells if (gid := cell_meta(c).get("grade_id")) in stubs
-                  and _norm(c.source) == stubs[gid]]
+                  and norm(c.source) == stubs[gid]]
     errors = {c: error_text(nb, c) for c in failed}
     named = [" or ".join(m.short for m in group) for group in catalog.named_by_errors(assignment, failed, errors)
              if group[0].cell not in unanswered]

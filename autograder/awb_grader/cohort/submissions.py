@@ -53,7 +53,8 @@ def _defined_names(source: str) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
 
 
-def _norm(source: str) -> str:
+def norm(source: str) -> str:
+    """A cell's source as compared: trailing blanks and surrounding blank lines ignored."""
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
@@ -113,7 +114,7 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
     for cell in nb.cells:
         gid = cell_meta(cell).get("grade_id")
         rel = rel_by_id.get(gid)
-        if rel is not None and cell_meta(rel).get("locked") and _norm(cell.source) != _norm(rel.source):
+        if rel is not None and cell_meta(rel).get("locked") and norm(cell.source) != norm(rel.source):
             (edited_tests if cell_meta(rel).get("grade") else edited_other).append(gid)
     if edited_tests:
         ins.note(FLAGGED, f"edited test cell(s) {', '.join(edited_tests)}: restored from the release when grading")
@@ -165,17 +166,17 @@ def _restore_metadata(nb, rel_cells, missing: list[str]) -> tuple[list[str], lis
                 )
             if match is None and not want:  # an answer cell that defines nothing: match by its text
                 match = next(
-                    (c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None
+                    (c for c in free if c.cell_type == rel.cell_type and norm(c.source) == norm(rel.source)), None
                 )
         else:
             match = next(
-                (c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None
+                (c for c in free if c.cell_type == rel.cell_type and norm(c.source) == norm(rel.source)), None
             )
             if match is None and cell_meta(rel).get("grade"):
                 # a test cell whose text changed: match on its first line (the visible check call)
-                first = _norm(rel.source).splitlines()[:1]
+                first = norm(rel.source).splitlines()[:1]
                 match = next(
-                    (c for c in free if c.cell_type == "code" and _norm(c.source).splitlines()[:1] == first), None
+                    (c for c in free if c.cell_type == "code" and norm(c.source).splitlines()[:1] == first), None
                 )
         if match is None:
             unmatched.append(gid)
