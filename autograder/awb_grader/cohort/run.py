@@ -90,36 +90,14 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
         + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else ""))
 
     state = load_state(root)
-    tasks, skipped = [], 0
-    for a, per in sorted(got.subs.items()):
-        for student, (path, ts) in sorted(per.items()):
-            sha = submission_sha(path, ts)
-            old = state.get(a, {}).get(student)
-            done = old is not None and old.sha == sha and (
-                old.status == UNGRADABLE or (root / "autograded" / student / a).exists())
-            if done and not regrade:
-                skipped += 1
-                continue
-            tasks.append(parallel.Task(a, student, str(path), ts, sha))
+    tasks, skipped = _to_grade(got.subs, state, root, regrade)
     workers = workers or max(1, min(os.cpu_count() or 1, 8))
     steps["collected"] = time.time()
     say(f"2/4 grade: {len(tasks)} to grade, {skipped} unchanged since the last run (kept); {workers} worker(s)")
     results = parallel.grade_parallel(course, tasks, workers=workers, feedback=feedback, verdict=verdict,
                                       progress=progress)
     steps["graded"] = time.time()
-    for r in results:
-        note = got.renamed.get((r.student, r.assignment))
-        if note:
-            r.reasons.insert(0, f"{note}: graded as {r.assignment}.ipynb")
-            if r.status == OK:
-                r.status = REPAIRED
-        r.seconds, r.phases = round(r.seconds, 2), {k: round(v, 2) for k, v in r.phases.items()}
-        state.setdefault(r.assignment, {})[r.student] = r
-    # max scores (an ungradable submission has none recorded)
-    for a, per in state.items():
-        mx = sum(course.max_scores(a).values()) if _in_gradebook(course, a) else 0
-        for rec in per.values():
-            rec.max_score = mx
+    _keep(results, got.renamed, state, course)
     save_state(root, state)
 
     say("3/4 export: nbgrader's CSV export plugin -> grades.csv; flags.csv")
@@ -137,6 +115,42 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     say(res.summary)
     steps["done"] = time.time()
     return res
+
+
+def _to_grade(subs: dict, state: dict, root: Path, regrade: bool) -> tuple[list, int]:
+    """(the grading tasks, how many kept): a submission whose bytes and timestamp are unchanged
+    since the last run keeps its grade (unless ``regrade``), if that grade is still there."""
+    from .parallel import Task
+
+    tasks, skipped = [], 0
+    for a, per in sorted(subs.items()):
+        for student, (path, ts) in sorted(per.items()):
+            sha = submission_sha(path, ts)
+            old = state.get(a, {}).get(student)
+            done = old is not None and old.sha == sha and (
+                old.status == UNGRADABLE or (root / "autograded" / student / a).exists())
+            if done and not regrade:
+                skipped += 1
+                continue
+            tasks.append(Task(a, student, str(path), ts, sha))
+    return tasks, skipped
+
+
+def _keep(results: list, renamed: dict, state: dict, course: Course) -> None:
+    """This run's records into ``state``: a file graded under the release's name says so (and is
+    a repair), and every record gets its exercise's maximum (an ungradable one has none recorded)."""
+    for r in results:
+        note = renamed.get((r.student, r.assignment))
+        if note:
+            r.reasons.insert(0, f"{note}: graded as {r.assignment}.ipynb")
+            if r.status == OK:
+                r.status = REPAIRED
+        r.seconds, r.phases = round(r.seconds, 2), {k: round(v, 2) for k, v in r.phases.items()}
+        state.setdefault(r.assignment, {})[r.student] = r
+    for a, per in state.items():
+        mx = sum(course.max_scores(a).values()) if _in_gradebook(course, a) else 0
+        for rec in per.values():
+            rec.max_score = mx
 
 
 def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 60, say=print) -> CohortResult:
