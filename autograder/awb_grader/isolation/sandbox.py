@@ -283,7 +283,7 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     return cmd + inner
 
 
-def _chown_tree(path: Path, uid: int) -> None:
+def chown_tree(path: Path, uid: int) -> None:
     os.chown(path, uid, uid)
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
@@ -324,7 +324,7 @@ def launch(argv: list[str]) -> None:
         print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
     if os.environ.get("AWB_SANDBOX_MODE", "bwrap") == "bwrap" and os.geteuid() == 0:
         uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
-        _chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
+        chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
     if private:

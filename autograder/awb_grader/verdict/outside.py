@@ -161,7 +161,7 @@ class Replay:
         program = sandbox.REPLAY
         mode = os.environ.get("AWB_SANDBOX_MODE", "off")
         if mode == "bwrap" and os.geteuid() == 0:
-            sandbox._chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
+            sandbox.chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
         if mode in ("bwrap", "limits"):
             cmd = sandbox.sandbox_command(program, str(cwd), env=env)
