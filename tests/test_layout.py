@@ -110,6 +110,14 @@ def test_no_import_circle():
     assert [c for c in found if frozenset(c) not in KNOWN] == []
 
 
+def test_no_module_of_the_grader_imports_devtools():
+    """Statically, every path included: only devtools itself and the command line's developer
+    commands (``release``, ``demo``, ``adversarial`` in ``__main__``) import ``awb_grader.devtools``."""
+    graph = import_graph(PACKAGES)
+    users = {m for m, deps in graph.items() if any(d.startswith("awb_grader.devtools") for d in deps)}
+    assert {m for m in users if not m.startswith("awb_grader.devtools")} == {"awb_grader.__main__"}
+
+
 def test_the_circle_finder_finds_one_inside_a_function(tmp_path):
     """The walk above can fail: a circle closed by an import inside a function is found."""
     pkg = tmp_path / "house"
