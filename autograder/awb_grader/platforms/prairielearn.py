@@ -36,7 +36,7 @@ ENTRYPOINT = r"""#!/usr/bin/env bash
 # PrairieLearn's external-grading entrypoint: grades /grade/student, writes /grade/results/results.json.
 # AWB_PYTHON picks the Python that has the grader's packages (the image's python3 by default).
 export PYTHONPATH="/grade/serverFilesCourse/awb/autograder:/grade/serverFilesCourse/awb" MPLBACKEND=Agg
-exec "${AWB_PYTHON:-python3}" -m awb_grader.prairielearn run
+exec "${AWB_PYTHON:-python3}" -m awb_grader.platforms.prairielearn run
 """
 
 DOCKERFILE = """# The grading image: build and push it, then put its name in each question's info.json ("image").
@@ -63,7 +63,7 @@ QUESTION_HTML = """<pl-question-panel>
 def build(exercise: str, out: Path | None = None, image: str = "YOUR_DOCKERHUB_USER/awb-grader",
           seed_salt: str | None = None, timeout: int = 60, memory_mb: int | None = None,
           job_timeout: int = 600, unprotected: bool = False) -> Path:
-    from .course import REPO, assignments, resolve
+    from ..core.course import REPO, assignments, resolve
 
     [a] = resolve([exercise])
     out = Path(out or REPO / "build" / "prairielearn").resolve()
@@ -111,7 +111,7 @@ def results_json(out: harness.Outcome) -> dict:
 def run(base: Path = Path("/grade")) -> int:
     """The entrypoint: grade /grade/student, write /grade/results/results.json. Always writes it."""
     settings = json.loads((base / "tests" / "harness.json").read_text())
-    core = Path(__file__).resolve().parents[2]
+    core = Path(__file__).resolve().parents[3]
     out = harness.grade_as_built(settings, base / "student", base / "awb-work" / "course", core / "exercises")
     return harness.report(out, results_json(out), base / "results")
 
@@ -132,11 +132,11 @@ def command(a: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m awb_grader.prairielearn run``: the entrypoint's command."""
+    """``python -m awb_grader.platforms.prairielearn run``: the entrypoint's command."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["run"]:
         return run(Path(os.environ.get("AWB_PRAIRIELEARN_BASE", "/grade")))
-    print("usage: python -m awb_grader.prairielearn run (the question: python -m awb_grader prairielearn NN)",
+    print("usage: python -m awb_grader.platforms.prairielearn run (the question: python -m awb_grader prairielearn NN)",
           file=sys.stderr)
     return 2
 

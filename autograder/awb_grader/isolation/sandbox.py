@@ -22,10 +22,10 @@ and :class:`LimitOutputBytes` truncates huge outputs before they reach the autog
 notebook, the feedback and the gradebook.
 
 When ``bwrap`` is missing (or cannot create namespaces), grading is refused unless the grader
-says the grades may be unprotected (``protect.sandbox_mode``); then it runs with the resource
+says the grades may be unprotected (:func:`sandbox_mode`); then it runs with the resource
 limits only, and :func:`configure` prints a loud warning: student code can then read files and
 reach the network with the grader's permissions. The kernel spec, the transport and the autograde
-steps are nbgrader settings, in the course's config (``protect.configure``).
+steps are nbgrader settings, in the course's config (``core/config.py``: ``configure``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .course import AUTOGRADER, REPO
+from ..core.course import AUTOGRADER, REPO
 
 KERNEL_NAME = "awb-sandbox"
 WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
@@ -79,15 +79,36 @@ def bwrap_works() -> bool:
     return _BWRAP_OK
 
 
+# -- the refusal rule: bubblewrap, or only grades said to be unprotected ------------------------
+UNPROTECTED_ENV = "AWB_UNPROTECTED"
+REFUSAL = ("refusing to grade: bubblewrap (bwrap) cannot run here, so student code would run with the "
+           "grader's permissions (it could read solutions/ and the gradebook, and change its own grade). "
+           "Install it (apt-get install bubblewrap), or grade anyway with grades that are NOT protected: "
+           "`cohort --unprotected`, `nbgrader autograde ... --SandboxGuard.unprotected=True`, or AWB_UNPROTECTED=1.")
+UNPROTECTED_NOTE = "UNPROTECTED: graded without the sandbox (bubblewrap unavailable): this grade is not protected"
+
+
+class Refused(RuntimeError):
+    """Grading refused: the sandbox cannot run and nobody said the grades may be unprotected."""
+
+
+def sandbox_mode(unprotected: bool = False) -> str:
+    """'bwrap' where bubblewrap works; else 'limits' (resource limits only) if the grader said
+    the grades need not be protected; else :class:`Refused`."""
+    if bwrap_works():
+        return "bwrap"
+    if unprotected or os.environ.get(UNPROTECTED_ENV) == "1":
+        return "limits"
+    raise Refused(REFUSAL)
+
+
 # -- configuration of a grading run ------------------------------------------------------------
 def configure(unprotected: bool = False, limits: Limits | None = None, say=print) -> str:
-    """Decide the sandbox for this grading run (``protect.sandbox_mode``: bubblewrap, or, only
-    when the grader said so, resource limits alone; otherwise ``protect.Refused``) and put it
+    """Decide the sandbox for this grading run (:func:`sandbox_mode`: bubblewrap, or, only
+    when the grader said so, resource limits alone; otherwise :class:`Refused`) and put it
     and the limits in this process's environment, which the grading workers, the kernels'
     launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
-    preprocessors) come from the course's config file (``protect.configure``)."""
-    from .protect import UNPROTECTED_ENV, sandbox_mode
-
+    preprocessors) come from the course's config file (``core.config.configure``)."""
     limits = limits or Limits()
     mode = sandbox_mode(unprotected)
     if mode != "bwrap":
@@ -262,7 +283,7 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     return cmd + inner
 
 
-def _chown_tree(path: Path, uid: int) -> None:
+def chown_tree(path: Path, uid: int) -> None:
     os.chown(path, uid, uid)
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
@@ -285,7 +306,7 @@ def _empty_folder(folder: Path) -> None:
 
 
 def launch(argv: list[str]) -> None:
-    """Kernel spec entry point: ``python -m awb_grader.sandbox -f CONNECTION_FILE``."""
+    """Kernel spec entry point: ``python -m awb_grader.isolation.sandbox -f CONNECTION_FILE``."""
     conn = argv[argv.index("-f") + 1]
     try:
         cwd = os.getcwd()
@@ -303,7 +324,7 @@ def launch(argv: list[str]) -> None:
         print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
     if os.environ.get("AWB_SANDBOX_MODE", "bwrap") == "bwrap" and os.geteuid() == 0:
         uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
-        _chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
+        chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
     if private:

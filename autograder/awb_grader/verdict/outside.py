@@ -3,7 +3,7 @@
 nbgrader decides a test cell's points inside the student's kernel: a submission that redefines
 ``torch.allclose``, ``torch.testing``, numpy, the check helpers, or IPython's error display can
 make failing checks look green there. After nbgrader has executed a submission, :func:`decide`
-(run by nbgrader itself, as the autograde step ``protect.OutsideVerdict``) decides every test
+(run by nbgrader itself, as the autograde step ``OutsideVerdict``) decides every test
 cell that earned points, in the grader's own process:
 
 1. the student's code cells (setup and answers, the test cells left out) are run again in a
@@ -41,6 +41,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.metadata import cell_meta
 from .delegation import const_str, parse
 
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
@@ -153,14 +154,14 @@ class Replay:
     """A sandboxed process running the student's code and answering calls."""
 
     def __init__(self, cells: list[str], cwd: Path, timeout: float = 60):
-        from . import sandbox
+        from ..isolation import sandbox
 
         self.timeout = timeout
         self.unsupported: str | None = None
         program = sandbox.REPLAY
         mode = os.environ.get("AWB_SANDBOX_MODE", "off")
         if mode == "bwrap" and os.geteuid() == 0:
-            sandbox._chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
+            sandbox.chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
         if mode in ("bwrap", "limits"):
             cmd = sandbox.sandbox_command(program, str(cwd), env=env)
@@ -211,7 +212,7 @@ class Replay:
         import torch
         import torch.nn as nn
 
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         if isinstance(x, A.RemoteObject):
             if x._client is not self:
@@ -235,7 +236,7 @@ class Replay:
         return x
 
     def _decode(self, x):
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         if isinstance(x, dict):
             if "__ref__" in x:
@@ -249,7 +250,7 @@ class Replay:
         """One request to the student's process; its answer, or its error raised here."""
         import torch
 
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         try:
             payload = {"op": op, **{k: self._encode(v) for k, v in fields.items()}}
@@ -300,7 +301,7 @@ class Replay:
 
     def proxies(self) -> dict:
         """{name: proxy} for the student's top-level functions and classes."""
-        from .hidden import _adapter as A
+        from ..hidden import _adapter as A
 
         out = {}
         for name, kind in self.names.items():
@@ -335,7 +336,7 @@ def _error(ans: dict) -> BaseException:
 
     from attention_workbook.checks.core import ForbiddenCall
 
-    from .hidden._adapter import LoadError
+    from ..hidden._adapter import LoadError
 
     kind_name = str(ans.get("type"))
     msg = ans["error"].split(": ", 1)[-1]
@@ -355,7 +356,7 @@ def _cells(nb):
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("grade") and not meta.get("solution"):
             m = _HIDDEN.search(cell.source)
             if m:
@@ -387,7 +388,7 @@ def recheck(nb, cwd: Path, cells: list[str], timeout: float = 60, exercise: str 
         replay = Replay(code, cwd, timeout)
     except Exception as e:  # noqa: BLE001
         return {**out, **{c: f"unsupported: {e}" for c in wanted}}, facts
-    from .hidden import _adapter
+    from ..hidden import _adapter
 
     try:
         if graded and exercise:
@@ -432,7 +433,7 @@ def student_cells(nb) -> list[str]:
     and test cells, which nbgrader restores from the release)."""
     out = []
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if cell.cell_type == "code" and (meta.get("solution") or not meta):
             out.append(cell.source)
     return out
@@ -443,7 +444,7 @@ def item_cells(nb) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     current = None
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("solution"):
             current = meta.get("grade_id")
             out.setdefault(current, [])
@@ -571,7 +572,7 @@ def events(nb) -> tuple[list[str], list[str], list[str]]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         where = meta.get("grade_id")
         text = []
         for o in cell.get("outputs", []):
@@ -594,22 +595,6 @@ def events(nb) -> tuple[list[str], list[str], list[str]]:
     return broken, list(dict.fromkeys(timeouts)), stopped
 
 
-def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:
-    """Outside verdicts of every test cell for the reference solution (no nbgrader): what an
-    honest, fully correct student gets from the re-check. Used by the test suite to show the
-    re-check never takes points from correct work."""
-    import nbformat
-
-    from .course import SOLUTIONS, ensure_kernel_path
-    from .variants import solution_cells
-
-    ensure_kernel_path()
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    sol = solution_cells(assignment)
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            cell.source = sol[meta["grade_id"]]
-    _, hidden = _cells(nb)
-    Path(workdir).mkdir(parents=True, exist_ok=True)
-    return outside_verdicts(nb, Path(workdir), list(hidden), timeout)
+def hidden_blocks(nb) -> dict[str, str]:
+    """{test grade_id: its hidden block} of a notebook."""
+    return _cells(nb)[1]

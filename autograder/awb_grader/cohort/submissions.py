@@ -14,21 +14,12 @@ import ast
 import json
 import shutil
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 import nbformat
 
-
-class Status(StrEnum):
-    """A graded submission's status (the same words in flags.csv, the table and every harness)."""
-    OK = "ok"                    # graded normally
-    REPAIRED = "repaired"        # fixed before grading (read the reason), then graded normally
-    FLAGGED = "flagged"          # graded, but look: a time limit, a sandbox event, tampering, edited tests
-    UNGRADABLE = "ungradable"    # not a notebook: 0 points, the reason says why
-
-
-OK, REPAIRED, FLAGGED, UNGRADABLE = Status.OK, Status.REPAIRED, Status.FLAGGED, Status.UNGRADABLE
+from ..core.metadata import cell_meta
+from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE
 
 
 @dataclass
@@ -47,10 +38,6 @@ class Inspection:
         self.reasons.append(reason)
 
 
-def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
-
-
 def _defined_names(source: str) -> set[str]:
     try:
         tree = ast.parse(source)
@@ -66,7 +53,8 @@ def _defined_names(source: str) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
 
 
-def _norm(source: str) -> str:
+def norm(source: str) -> str:
+    """A cell's source as compared: trailing blanks and surrounding blank lines ignored."""
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
@@ -89,14 +77,14 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
         return ins
 
     release = nbformat.read(release_path, as_version=4)
-    rel_cells = [c for c in release.cells if _meta(c).get("grade_id")]
-    expected = [_meta(c)["grade_id"] for c in rel_cells]
+    rel_cells = [c for c in release.cells if cell_meta(c).get("grade_id")]
+    expected = [cell_meta(c)["grade_id"] for c in rel_cells]
     changed = False
 
     # duplicate grade_ids (a copied cell) make nbgrader fail: keep the first, unmark the rest
     seen: set[str] = set()
     for cell in nb.cells:
-        gid = _meta(cell).get("grade_id")
+        gid = cell_meta(cell).get("grade_id")
         if gid in seen:
             del cell.metadata["nbgrader"]
             changed = True
@@ -107,10 +95,10 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
     # cells whose id the release does not have (a notebook downloaded from an older version of
     # the exercise): nbgrader would strip the id but keep the rest of the metadata and then
     # crash (KeyError 'grade_id' in OverwriteCells); unmark them so they can be matched below
-    rel_by_id = {_meta(c)["grade_id"]: c for c in rel_cells}
+    rel_by_id = {cell_meta(c)["grade_id"]: c for c in rel_cells}
     foreign = []
     for cell in nb.cells:
-        gid = _meta(cell).get("grade_id")
+        gid = cell_meta(cell).get("grade_id")
         if "nbgrader" in cell.get("metadata", {}) and gid not in rel_by_id:
             del cell.metadata["nbgrader"]
             changed = True
@@ -124,10 +112,10 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
     # locked cells edited by the student: nbgrader restores them from the release when grading
     edited_tests, edited_other = [], []
     for cell in nb.cells:
-        gid = _meta(cell).get("grade_id")
+        gid = cell_meta(cell).get("grade_id")
         rel = rel_by_id.get(gid)
-        if rel is not None and _meta(rel).get("locked") and _norm(cell.source) != _norm(rel.source):
-            (edited_tests if _meta(rel).get("grade") else edited_other).append(gid)
+        if rel is not None and cell_meta(rel).get("locked") and norm(cell.source) != norm(rel.source):
+            (edited_tests if cell_meta(rel).get("grade") else edited_other).append(gid)
     if edited_tests:
         ins.note(FLAGGED, f"edited test cell(s) {', '.join(edited_tests)}: restored from the release when grading")
     if edited_other:
@@ -141,10 +129,11 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
             ins.note(REPAIRED, f"nbgrader metadata was missing on {len(restored)} cell(s); "
                                f"restored by matching them to the release")
         lost_answers = [
-            g for g in unmatched if _meta(next(c for c in rel_cells if _meta(c)["grade_id"] == g)).get("solution")
+            g for g in unmatched
+            if cell_meta(next(c for c in rel_cells if cell_meta(c)["grade_id"] == g)).get("solution")
         ]
         lost_tests = [g for g in unmatched if g not in lost_answers and
-                      _meta(next(c for c in rel_cells if _meta(c)["grade_id"] == g)).get("grade")]
+                      cell_meta(next(c for c in rel_cells if cell_meta(c)["grade_id"] == g)).get("grade")]
         if lost_answers:
             ins.note(
                 FLAGGED, f"answer cell(s) not found: {', '.join(lost_answers)} (graded as unanswered; check by hand)"
@@ -162,14 +151,14 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
 
 def _restore_metadata(nb, rel_cells, missing: list[str]) -> tuple[list[str], list[str]]:
     """Give cells without nbgrader metadata the metadata of the release cell they match."""
-    free = [c for c in nb.cells if not _meta(c).get("grade_id")]
+    free = [c for c in nb.cells if not cell_meta(c).get("grade_id")]
     restored, unmatched = [], []
     for rel in rel_cells:
-        gid = _meta(rel)["grade_id"]
+        gid = cell_meta(rel)["grade_id"]
         if gid not in missing:
             continue
         match = None
-        if _meta(rel).get("solution"):
+        if cell_meta(rel).get("solution"):
             want = _defined_names(rel.source)
             if want:
                 match = next(
@@ -177,22 +166,22 @@ def _restore_metadata(nb, rel_cells, missing: list[str]) -> tuple[list[str], lis
                 )
             if match is None and not want:  # an answer cell that defines nothing: match by its text
                 match = next(
-                    (c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None
+                    (c for c in free if c.cell_type == rel.cell_type and norm(c.source) == norm(rel.source)), None
                 )
         else:
             match = next(
-                (c for c in free if c.cell_type == rel.cell_type and _norm(c.source) == _norm(rel.source)), None
+                (c for c in free if c.cell_type == rel.cell_type and norm(c.source) == norm(rel.source)), None
             )
-            if match is None and _meta(rel).get("grade"):
+            if match is None and cell_meta(rel).get("grade"):
                 # a test cell whose text changed: match on its first line (the visible check call)
-                first = _norm(rel.source).splitlines()[:1]
+                first = norm(rel.source).splitlines()[:1]
                 match = next(
-                    (c for c in free if c.cell_type == "code" and _norm(c.source).splitlines()[:1] == first), None
+                    (c for c in free if c.cell_type == "code" and norm(c.source).splitlines()[:1] == first), None
                 )
         if match is None:
             unmatched.append(gid)
             continue
         free.remove(match)
-        match.metadata["nbgrader"] = json.loads(json.dumps(dict(_meta(rel))))
+        match.metadata["nbgrader"] = json.loads(json.dumps(dict(cell_meta(rel))))
         restored.append(gid)
     return restored, unmatched

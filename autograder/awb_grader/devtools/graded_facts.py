@@ -15,7 +15,8 @@ import ast
 import json
 from pathlib import Path
 
-from .course import EXERCISES, REPO
+from ..core.course import EXERCISES, REPO
+from ..core.metadata import cell_meta
 
 TARGET = REPO / "attention_workbook" / "checks" / "graded.py"
 PACKAGE = "attention_workbook"
@@ -55,7 +56,7 @@ def _check_call(gid: str, source: str) -> tuple[str, tuple[str, ...]]:
 
 def _provided(sources: list[str]) -> list[str]:
     """Canonical names of the package objects ``from attention_workbook.X import y`` brings in."""
-    from .delegation import canonical
+    from ..verdict.delegation import canonical
 
     out: list[str] = []
     for src in sources:
@@ -79,7 +80,7 @@ def facts(release: Path = EXERCISES) -> dict[str, dict]:
         cells = json.loads(nb_path.read_text())["cells"]
         answers, tests, before_first_answer = [], [], []
         for cell in cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
+            meta = cell_meta(cell)
             if cell["cell_type"] != "code":
                 continue
             if meta.get("solution"):

@@ -20,7 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from .course import AUTOGRADER, EXERCISES, REPO
+from ..core.course import AUTOGRADER, EXERCISES, REPO
+from ..core.metadata import cell_meta
 
 PACKAGE = "attention_workbook"
 ROOT = REPO / PACKAGE
@@ -97,7 +98,7 @@ def provided_modules(assignment: str, release: str | None = None) -> frozenset[s
             f"{PACKAGE}.checks.ex{nn}", f"{PACKAGE}.checks.battery", f"{PACKAGE}.checks.battery.ex{nn}"}
     # the notebook read as plain JSON: nbformat would bring jsonschema's start-up into every caller
     for cell in json.loads(nb_path.read_text(encoding="utf-8"))["cells"]:
-        if cell["cell_type"] == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+        if cell["cell_type"] == "code" and not cell_meta(cell).get("solution"):
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             full |= _imports("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
     own, shared = _hidden_imports(nn)
@@ -122,7 +123,7 @@ PROVIDED_ENV = "AWB_PROVIDED"    # "<assignment>:<file>:<file>..." set by the gr
 def provided_files(assignment: str, release: str | None = None) -> list[Path]:
     """The files of :func:`provided_modules` (what the sandbox binds of the helper package). A
     kernel's launcher (a new process per kernel) reads them from ``$AWB_PROVIDED``, which the
-    grading process sets once per submission (``protect.SandboxGuard``: :func:`announce`)."""
+    grading process sets once per submission (``SandboxGuard``: :func:`announce`)."""
     given = os.environ.get(PROVIDED_ENV, "")
     if given.split(os.pathsep, 1)[0] == assignment and not release:
         return [Path(p) for p in given.split(os.pathsep)[1:]]

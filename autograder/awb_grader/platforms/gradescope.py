@@ -57,7 +57,7 @@ else
       "tqdm>=4.60" "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25"
 fi
 export PYTHONPATH="$SRC/autograder:$SRC" MPLBACKEND=Agg
-/autograder/venv/bin/python -m awb_grader.gradescope prepare
+/autograder/venv/bin/python -m awb_grader.platforms.gradescope prepare
 """
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
@@ -65,7 +65,7 @@ RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # /autograder/results/results.json and prints the instructor-only report.
 export PYTHONPATH="/autograder/source/autograder:/autograder/source" MPLBACKEND=Agg
 cd /autograder/source
-exec /autograder/venv/bin/python -m awb_grader.gradescope run
+exec /autograder/venv/bin/python -m awb_grader.platforms.gradescope run
 """
 
 VISIBILITIES = ("after_published", "hidden", "after_due_date", "visible")
@@ -74,7 +74,7 @@ VISIBILITIES = ("after_published", "hidden", "after_due_date", "visible")
 def build(exercise: str, dest: Path | None = None, visibility: str = "after_published", seed_salt: str | None = None,
           timeout: int = 60, memory_mb: int | None = None, unprotected: bool = False) -> Path:
     """Write the autograder zip of ``exercise``; returns its path."""
-    from .course import REPO, resolve
+    from ..core.course import REPO, resolve
 
     [a] = resolve([exercise])
     if visibility not in VISIBILITIES:
@@ -144,14 +144,14 @@ def command(a: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m awb_grader.gradescope run|prepare``: what ``run_autograder`` and ``setup.sh`` call."""
+    """``python -m awb_grader.platforms.gradescope run|prepare``: what ``run_autograder`` and ``setup.sh`` call."""
     argv = sys.argv[1:] if argv is None else argv
     base = Path(os.environ.get("AWB_GRADESCOPE_BASE", "/autograder"))
     if argv == ["run"]:
         return run(base)
     if argv == ["prepare"]:
         return prepare(base)
-    print("usage: python -m awb_grader.gradescope run|prepare (the zip: python -m awb_grader gradescope NN)",
+    print("usage: python -m awb_grader.platforms.gradescope run|prepare (the zip: python -m awb_grader gradescope NN)",
           file=sys.stderr)
     return 2
 

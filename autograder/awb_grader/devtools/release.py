@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .course import EXERCISES, REPO, Course, assignments
+from ..core.course import EXERCISES, REPO, Course, assignments
 
 
 def generate(names: list[str] | None = None, dest: Path = EXERCISES, course_root: Path | None = None) -> list[Path]:

@@ -28,9 +28,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .course import Course, nbgrader_quirks_silenced
-from .pipeline import Record, grade_submissions
-from .submissions import FLAGGED, UNGRADABLE
+from ..core.course import Course
+from ..core.gradebook import submission_data
+from ..core.records import FLAGGED, UNGRADABLE, Record
+from .merge import merge_one
+from .pipeline import grade_submissions
 
 
 @dataclass
@@ -69,7 +71,7 @@ def _init_worker(spec: CourseSpec, ids) -> None:
     # os.getcwd() and kernels inherit the cwd), so each worker lives in its own shard
     os.chdir(shard)
     shutil.copyfile(Path(spec.root) / "gradebook.db", shard / "gradebook.db")
-    from . import sandbox
+    from ..isolation import sandbox
 
     extra = dict(spec.extra)
     # one BLAS/OpenMP thread per grading process (unless the caller set a number): the graded
@@ -118,8 +120,8 @@ def _preload() -> None:
     import nbgrader.preprocessors  # noqa: F401
     import torch  # noqa: F401
 
-    from . import verdict  # noqa: F401
-    from .hidden import _adapter  # noqa: F401
+    from ..hidden import _adapter  # noqa: F401
+    from ..verdict import outside as verdict  # noqa: F401
 
 
 def _grade_one(task: Task) -> Record:
@@ -132,34 +134,19 @@ def _grade_one(task: Task) -> Record:
     row = grade_submissions(course, task.assignment, {task.student: Path(task.path)}, feedback=False,
                             progress=False, timestamps={task.student: task.timestamp})[0]
     phases = {"grade": time.perf_counter() - t0}
-    errors = {}
-    if row.status != UNGRADABLE:
-        if spec.feedback:
-            t1 = time.perf_counter()
-            fb = course.generate_feedback(task.assignment, task.student)
-            phases["feedback"] = time.perf_counter() - t1
-            if not fb["success"]:
-                row.reasons.append("feedback could not be generated")
-        errors = failing_errors(course, task.assignment, task.student, row.failed_cells)
+    if row.status != UNGRADABLE and spec.feedback:
+        t1 = time.perf_counter()
+        fb = course.generate_feedback(task.assignment, task.student)
+        phases["feedback"] = time.perf_counter() - t1
+        if not fb["success"]:
+            row.reasons.append("feedback could not be generated")
     from nbgrader.api import Gradebook
 
-    with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (formgrader_view.py)
+    with Gradebook(course.db) as gb:    # an ungradable file is recorded too: a flagged 0 (core/gradebook.py)
         data = submission_data(gb, task.assignment, task.student)
-    row.sha, row.errors, row.seconds, row.phases = task.sha, errors, time.perf_counter() - t0, phases
+    row.sha, row.seconds, row.phases = task.sha, time.perf_counter() - t0, phases   # row.errors: grade_submissions
     row.worker, row.gradebook, row.began, row.ended = _W["k"], data, began, time.time()
     return row
-
-
-def failing_errors(course: Course, assignment: str, student: str, cells: list[str]) -> dict[str, str]:
-    import nbformat
-
-    from .variants import error_text
-
-    p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
-    if not p.exists() or not cells:
-        return {}
-    nb = nbformat.read(p, as_version=4)
-    return {c: error_text(nb, c)[:600] for c in cells}
 
 
 # -- main side -------------------------------------------------------------------------------
@@ -170,7 +157,7 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     if not tasks:
         return []
     workers = max(1, min(workers, len(tasks)))
-    from . import sandbox
+    from ..isolation import sandbox
 
     sockets = sandbox.short_socket_root()
     spec = CourseSpec(str(course.root), str(course.release_dir) if course.release_dir else None,
@@ -219,98 +206,3 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-STEPS = ("submitted", "autograded", "feedback", "originals")
-
-
-def merge_one(course: Course, r: Record, gb) -> None:
-    """Move one graded submission's folders from its worker's shard into the main course and
-    write what nbgrader recorded for it into the main gradebook ``gb`` (an open ``Gradebook``).
-    A crashed worker's task (shard -1) only loses the folders of an earlier grade. If the grade
-    cannot be recorded, the student is flagged and left to grade again (the next run does: no
-    autograded copy is kept), and the batch goes on."""
-    a, s = r.assignment, r.student
-    shard = course.root / "shards" / f"w{r.worker}"
-    try:
-        for step in STEPS:
-            dest = course.root / step / s / a
-            src = shard / step / s / a
-            if dest.exists():
-                shutil.rmtree(dest)
-            if r.worker >= 0 and src.exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(src), str(dest))
-        if r.worker >= 0 and r.gradebook is not None:
-            store_submission(gb, a, s, r.gradebook)
-    except Exception as e:  # noqa: BLE001 - that student's flag; the batch goes on
-        gb.db.rollback()
-        shutil.rmtree(course.path("autograded", s, a), ignore_errors=True)
-        r.status = FLAGGED
-        r.reasons.append(f"graded, but the grade could not be recorded in the gradebook "
-                             f"({type(e).__name__}: {str(e)[:150]}): grade it again")
-
-
-def submission_data(gb, assignment: str, student: str) -> dict | None:
-    """Everything nbgrader recorded for one submission, as plain data (None if nothing)."""
-    from nbgrader.api import MissingEntry
-
-    try:
-        sub = gb.find_submission(assignment, student)
-    except MissingEntry:
-        return None
-    st = sub.student
-    return {
-        "student": {"first_name": st.first_name, "last_name": st.last_name, "email": st.email,
-                    "lms_user_id": st.lms_user_id},
-        "timestamp": sub.timestamp, "extension": sub.extension,
-        "notebooks": [{"name": nb.name, "flagged": nb.flagged, "late_submission_penalty": nb.late_submission_penalty,
-                       "grades": [(g.name, g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade)
-                                  for g in nb.grades],
-                       "comments": [(c.name, c.auto_comment, c.manual_comment) for c in nb.comments]}
-                      for nb in sub.notebooks],
-    }
-
-
-def store_submission(dst, assignment: str, student: str, data: dict) -> None:
-    """Write :func:`submission_data` into gradebook ``dst`` (over an earlier grade, if any)."""
-    from nbgrader.api import MissingEntry
-
-    dst.update_or_create_student(student, **data["student"])
-    try:
-        d_sub = dst.find_submission(assignment, student)
-        d_sub.timestamp = data["timestamp"]
-    except MissingEntry:
-        with nbgrader_quirks_silenced():
-            d_sub = dst.add_submission(assignment, student, timestamp=data["timestamp"])
-    d_sub.extension = data["extension"]
-    for nb in data["notebooks"]:
-        d_nb = dst.find_submission_notebook(nb["name"], assignment, student)
-        d_nb.flagged = nb["flagged"]
-        d_nb.late_submission_penalty = nb["late_submission_penalty"]
-        for name, auto, manual, extra, needs in nb["grades"]:
-            dg = dst.find_grade(name, nb["name"], assignment, student)
-            dg.auto_score, dg.manual_score, dg.extra_credit, dg.needs_manual_grade = auto, manual, extra, needs
-        for name, auto, manual in nb["comments"]:
-            dc = dst.find_comment(name, nb["name"], assignment, student)
-            dc.auto_comment, dc.manual_comment = auto, manual
-    dst.db.commit()
-
-
-def gradebook_dump(db_url: str) -> list[tuple]:
-    """Every grade and comment of every submission, sorted: to compare two gradebooks."""
-    from nbgrader.api import Gradebook
-
-    out = []
-    with Gradebook(db_url) as gb:
-        for a in gb.assignments:
-            for sub in gb.assignment_submissions(a.name):
-                out.append((a.name, sub.student.id, "timestamp", str(sub.timestamp)))
-                for nb in sub.notebooks:
-                    out.append((a.name, sub.student.id, nb.name, "flagged", nb.flagged))
-                    for g in nb.grades:
-                        out.append((a.name, sub.student.id, g.name, g.auto_score, g.manual_score,
-                                    g.extra_credit, g.needs_manual_grade))
-                    for c in nb.comments:
-                        out.append((a.name, sub.student.id, c.name, c.auto_comment, c.manual_comment))
-    return sorted(out, key=repr)

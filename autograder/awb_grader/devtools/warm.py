@@ -16,12 +16,12 @@ The pieces:
 
 * :func:`warm_kernels` (a context manager, used by the grader): starts the zygote, installs
   the ``awb-warm`` kernel spec, and returns the nbgrader settings that select it;
-* the kernel spec's command, ``python -m awb_grader.warm launch -f CONNECTION_FILE``: a small
+* the kernel spec's command, ``python -m awb_grader.devtools.warm launch -f CONNECTION_FILE``: a small
   launcher that hands its working directory, environment and standard streams to the zygote
   (over a Unix socket, the streams as file descriptors), stays alive as long as the kernel
   does, forwards signals to it and exits with its status: the kernel manager sees the launcher
   as the kernel's process;
-* ``python -m awb_grader.warm serve SOCKET``: the zygote.
+* ``python -m awb_grader.devtools.warm serve SOCKET``: the zygote.
 
 The zygote refuses (and the launcher starts an ordinary kernel instead, the same command
 nbgrader's default kernel runs) when the kernel's environment differs from the zygote's in a
@@ -31,7 +31,7 @@ owner, the kernels go too (nothing is left running).
 
 **Trusted code only.** A forked kernel shares the zygote's memory image and is not a security
 boundary: this is for the test suite's own catalog grading. Student code is graded in a new
-bubblewrap sandbox per kernel (``sandbox.py``), never in a forked one.
+bubblewrap sandbox per kernel (``isolation/sandbox.py``), never in a forked one.
 """
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ class Zygote:
 
         self.folder = Path(folder)
         self.path = str(self.folder / "zygote.sock")
-        program = [sys.executable, "-m", "awb_grader.warm", "serve", self.path]
+        program = [sys.executable, "-m", "awb_grader.devtools.warm", "serve", self.path]
         self.proc = subprocess.Popen(program, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd=self.folder)
         if meanwhile:
@@ -404,7 +404,7 @@ def install_kernel_spec(spec_root) -> None:
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec("python3").to_dict()
-    spec.update(argv=[sys.executable, "-m", "awb_grader.warm", "launch", "-f", "{connection_file}"],
+    spec.update(argv=[sys.executable, "-m", "awb_grader.devtools.warm", "launch", "-f", "{connection_file}"],
                 display_name="Python 3 (awb warm)", interrupt_mode="message")
     kdir = Path(spec_root) / "kernels" / KERNEL_NAME
     kdir.mkdir(parents=True, exist_ok=True)
@@ -419,7 +419,7 @@ def warm_kernels():
     import shutil
     import tempfile
 
-    from .course import ensure_kernel_path
+    from ..core.course import ensure_kernel_path
 
     @contextlib.contextmanager
     def manager():
@@ -454,4 +454,4 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["launch"]:
         launch(sys.argv[2:])
     else:
-        sys.exit("usage: python -m awb_grader.warm serve SOCKET | launch -f CONNECTION_FILE")
+        sys.exit("usage: python -m awb_grader.devtools.warm serve SOCKET | launch -f CONNECTION_FILE")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import nbformat
 
-from . import catalog
+from .. import catalog
+from ..core.metadata import cell_meta
 from .variants import solution_cells, student_notebook
 
 KINDS = ["correct", "correct", "alternative", "mistake", "mistake", "two_mistakes", "unanswered",
@@ -114,7 +115,7 @@ def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool
     ``sandboxed=False`` (no bubblewrap) leaves out the kinds only a sandbox can stop
     (``SANDBOX_ONLY``: they would really read solutions/, write the gradebook and the
     repository, reach the network, fork without limit as root)."""
-    from .catalog import alternatives, mistakes
+    from ..catalog import alternatives, mistakes
 
     a = ADV_ASSIGNMENT
     sol = solution_cells(a)
@@ -168,12 +169,12 @@ for _ in range(400):
     put("hana", "stripped nbgrader metadata", stripped, "full")
     m = mk["sdpa_mask_after_softmax"]
     deleted = nb({m.cell: m.source})
-    deleted.cells = [c for c in deleted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_sdpa_causal"]
+    deleted.cells = [c for c in deleted.cells if cell_meta(c).get("grade_id") != "test_sdpa_causal"]
     put("ivan", "deleted test cells", deleted, "mistake:sdpa_mask_after_softmax")
     m = mk["causal_mask_upper"]
     edited = nb({m.cell: m.source})
     for c in edited.cells:
-        gid = c.metadata.get("nbgrader", {}).get("grade_id", "")
+        gid = cell_meta(c).get("grade_id", "")
         if gid.startswith("test_"):
             c.source = "print('all good')"
         elif gid.startswith("ro-") and "import" in c.source and "checks" in c.source:

@@ -10,50 +10,15 @@ import csv
 import re
 import shutil
 import textwrap
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .course import Course
-from .formgrader_view import record_ungradable
-from .protect import verdict_of
-from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, Inspection, inspect_notebook
-
-
-@dataclass
-class Record:
-    """One graded submission: what every door reports (flags.csv, the table, the cohort's state,
-    the Gradescope and PrairieLearn harnesses) and what the grading workers hand back."""
-    assignment: str
-    student: str
-    sha: str = ""                     # of the file as submitted (and its timestamp): unchanged = not regraded
-    score: float = 0.0
-    max_score: float = 0.0
-    status: str = OK                  # a submissions.Status
-    reasons: list = field(default_factory=list)
-    failed_cells: list = field(default_factory=list)
-    errors: dict = field(default_factory=dict)            # failing grade_id -> error text (the insight)
-    seconds: float = 0.0
-    phases: dict = field(default_factory=dict)            # seconds: grade (check+autograde), feedback
-    misconceptions: list = field(default_factory=list)    # catalog labels its errors name
-    unanswered: list = field(default_factory=list)        # answer cells left as the stub
-    worker: int = -1                  # which grading worker, when it took it and gave it back (time.time())
-    began: float = 0.0
-    ended: float = 0.0
-    gradebook: dict | None = field(default=None, repr=False)   # in transit only: what nbgrader recorded
-
-    @property
-    def notes(self) -> list[str]:
-        """What the table says about the student: mistakes first, then flags and repairs."""
-        unanswered = [f"unanswered: {', '.join(self.unanswered)}"] if self.unanswered else []
-        return [*self.misconceptions, *unanswered, *self.reasons]
-
-    def state(self) -> dict:
-        """What the cohort keeps of it between runs (``cohort_state.json``)."""
-        out = asdict(self)
-        out.pop("gradebook")
-        return out
+from ..core.course import Course
+from ..core.gradebook import record_ungradable
+from ..core.metadata import cell_meta, verdict_of
+from ..core.records import FLAGGED, OK, REPAIRED, UNGRADABLE, Record, points_text
+from .submissions import Inspection, inspect_notebook
 
 
 def grade_submissions(course: Course, assignment: str, submissions: dict[str, Path],
@@ -78,7 +43,7 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
             )
         if ins.status == UNGRADABLE:
             _forget_old_grade(course, assignment, student)
-            try:        # formgrader shows it flagged, with the reason (formgrader_view.py)
+            try:        # formgrader shows it flagged, with the reason (core/gradebook.py)
                 record_ungradable(course, assignment, student, row.reasons)
             except Exception as e:  # noqa: BLE001 - the student keeps the status and reason here
                 row.reasons.append(f"not recorded in the gradebook ({type(e).__name__}: {str(e)[:150]})")
@@ -100,8 +65,8 @@ def grade_submissions(course: Course, assignment: str, submissions: dict[str, Pa
         max_scores = course.max_scores(assignment)
         row.score = sum(scores.values())
         row.failed_cells = [c for c, s in scores.items() if s < max_scores.get(c, 0)]
-        row.misconceptions, row.unanswered = _diagnose(course, assignment, student, row.failed_cells)
-        # what nbgrader's own autograde steps decided (protect.OutsideVerdict): every door reads it here
+        row.misconceptions, row.unanswered, row.errors = _diagnose(course, assignment, student, row.failed_cells)
+        # what nbgrader's own autograde steps decided (core/preprocessors/outside_verdict.py): every door reads it here
         verdict = verdict_of(course.path("autograded", student, assignment) / f"{assignment}.ipynb")
         row.reasons.extend(verdict.get("reasons", []))
         if verdict.get("status") == FLAGGED and row.status in (OK, REPAIRED):
@@ -130,28 +95,29 @@ def _first_line(text: str | None) -> str:
     return lines[-1][:200] if lines else "unknown error"
 
 
-def _diagnose(course: Course, assignment: str, student: str, failed: list[str]) -> tuple[list[str], list[str]]:
+def _diagnose(course: Course, assignment: str, student: str,
+              failed: list[str]) -> tuple[list[str], list[str], dict[str, str]]:
     """(labels of the catalogued mistakes the failing checks' messages name, answer cells
-    still holding the release's stub) for one autograded submission."""
+    still holding the release's stub, {failing cell: its error text}) for one autograded submission."""
     import nbformat
 
-    from . import catalog
-    from .submissions import _norm
-    from .variants import error_text
+    from .. import catalog
+    from ..core.outputs import error_text
+    from .submissions import norm
 
     p = course.path("autograded", student, assignment) / f"{assignment}.ipynb"
     release_nb = course.release_root / assignment / f"{assignment}.ipynb"
     if not p.exists() or not release_nb.exists():
-        return [], []
-    stubs = {c.metadata["nbgrader"]["grade_id"]: _norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
-             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+        return [], [], {}
+    stubs = {c.metadata["nbgrader"]["grade_id"]: norm(c.source) for c in nbformat.read(release_nb, as_version=4).cells
+             if cell_meta(c).get("solution") and c.cell_type == "code"}
     nb = nbformat.read(p, as_version=4)
-    unanswered = [gid for c in nb.cells if (gid := c.metadata.get("nbgrader", {}).get("grade_id")) in stubs
-                  and _norm(c.source) == stubs[gid]]
+    unanswered = [gid for c in nb.cells if (gid := cell_meta(c).get("grade_id")) in stubs
+                  and norm(c.source) == stubs[gid]]
     errors = {c: error_text(nb, c) for c in failed}
     named = [" or ".join(m.short for m in group) for group in catalog.named_by_errors(assignment, failed, errors)
              if group[0].cell not in unanswered]
-    return list(dict.fromkeys(named)), unanswered
+    return list(dict.fromkeys(named)), unanswered, {c: text[:600] for c, text in errors.items()}
 
 
 def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
@@ -169,7 +135,7 @@ def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) ->
         w = csv.writer(fh)
         w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
         for r in records:
-            w.writerow([r.student, r.assignment, _fmt(r.score), _fmt(r.max_score), r.status,
+            w.writerow([r.student, r.assignment, points_text(r.score), points_text(r.max_score), r.status,
                         " | ".join(r.reasons), " ".join(r.failed_cells)])
         for f in unmatched:
             w.writerow(["?", "?", "", "", "unmatched",
@@ -177,15 +143,12 @@ def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) ->
     return dest
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
-
-
 def table(rows: list[Record], notes_width: int = 80) -> str:
     """One line per student (long notes wrap under their column): score, status, then the
     mistakes their errors name, unanswered cells, and every flag or repair with its reason."""
     head = ["student", "score", "status", "notes"]
-    body = [[r.student, f"{_fmt(r.score)}/{_fmt(r.max_score)}", r.status, "; ".join(r.notes) or "-"] for r in rows]
+    body = [[r.student, f"{points_text(r.score)}/{points_text(r.max_score)}", r.status, "; ".join(r.notes) or "-"]
+            for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     widths[-1] = min(widths[-1], notes_width)
     indent = " " * (sum(widths[:-1]) + 2 * (len(widths) - 1))
@@ -196,40 +159,3 @@ def table(rows: list[Record], notes_width: int = 80) -> str:
         return "\n".join([f"{first}  {notes[0]}".rstrip()] + [indent + n for n in notes[1:]])
 
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-STUDENT_FILE = re.compile(r"^(?P<student_id>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:_{1,2}.*)?\.ipynb$")
-
-
-def collect(source: Path, assignment: str, workdir: Path, pattern: re.Pattern = STUDENT_FILE) -> dict[str, Path]:
-    """Submissions from a folder or an LMS-style zip: ``<student>[_anything].ipynb`` or
-    ``<student>/<anything>.ipynb``. Returns {student: path}; a later file of the same student wins."""
-    import zipfile
-
-    source = Path(source)
-    if source.is_file() and zipfile.is_zipfile(source):
-        out = workdir / "unzipped"
-        if out.exists():
-            shutil.rmtree(out)
-        with zipfile.ZipFile(source) as zf:
-            for info in zf.infolist():
-                name = Path(info.filename)
-                if info.is_dir() or ".." in name.parts or name.is_absolute():
-                    continue
-                target = out / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as fh, open(target, "wb") as dst:
-                    shutil.copyfileobj(fh, dst)
-        source = out
-    found: dict[str, Path] = {}
-    for p in sorted(source.rglob("*.ipynb")):
-        if ".ipynb_checkpoints" in p.parts:
-            continue
-        rel = p.relative_to(source)
-        if len(rel.parts) >= 2:
-            found[rel.parts[0]] = p
-        else:
-            m = pattern.match(p.name)
-            if m:
-                found[m.group("student_id")] = p
-    return found

@@ -1,5 +1,5 @@
-"""What nbgrader's formgrader shows of a course these tools graded, written through nbgrader's
-own ``Gradebook`` API (``tests/test_formgrader.py`` reads it in a real browser).
+"""Every write into nbgrader's gradebook, through nbgrader's own ``Gradebook`` API, and what
+formgrader shows of it (``tests/test_formgrader.py`` reads it in a real browser).
 
 * **Readable names.** Formgrader writes a student as "last name, first name", and "None, None"
   for a student nbgrader created with no name (``nbgrader autograde`` does: it only knows the
@@ -12,15 +12,38 @@ own ``Gradebook`` API (``tests/test_formgrader.py`` reads it in a real browser).
   says why it could not be graded (formgrader lists a notebook only where that file exists, and
   shows it when the instructor opens the submission). The file as submitted stays in
   ``submitted/``.
+* **One submission, as plain data** (:func:`submission_data`, :func:`store_submission`): what
+  the grading workers and the cluster's shards hand back, written into the course's gradebook.
 """
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
-from .protect import META
+from .metadata import META
 
 UNGRADABLE_TITLE = "Not graded: this submission could not be read"
+
+
+@contextmanager
+def nbgrader_quirks_silenced():
+    """Silence two warnings that nbgrader's own code raises while autograding and that say
+    nothing about the submission or the course (each filtered by its message and module):
+
+    * SQLAlchemy 2's ``SAWarning: Object of type <SubmittedAssignment> not in session``:
+      ``Gradebook.add_submission`` builds the submission's rows, reads a relationship (an
+      autoflush) and only then ``session.add``s them, which it does: nothing is lost;
+    * nbformat's ``MissingIDFieldWarning``: the test cell nbgrader adds back when a student
+      deleted it (``OverwriteCells.add_missing_cells``) is built without a cell id, which
+      nbformat then gives it.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session",
+                                module=r"nbgrader\.api")
+        warnings.filterwarnings("ignore", message="Cell is missing an id field", module=r"nbformat\.validator")
+        yield
 
 
 def readable_name(student: str, names: dict | None = None) -> dict:
@@ -69,8 +92,6 @@ def record_ungradable(course, assignment: str, student: str, reasons: list[str])
     from nbgrader.api import Gradebook
     from nbgrader.coursedir import CourseDirectory
 
-    from .course import nbgrader_quirks_silenced
-
     submitted = course.path("submitted", student, assignment)
     timestamp = CourseDirectory().get_existing_timestamp(str(submitted))   # as nbgrader's autograde reads it
     dest = course.path("autograded", student, assignment)
@@ -88,3 +109,49 @@ def record_ungradable(course, assignment: str, student: str, reasons: list[str])
             for c in nb.comments:
                 c.auto_comment, c.manual_comment = None, None
         gb.db.commit()
+
+
+def submission_data(gb, assignment: str, student: str) -> dict | None:
+    """Everything nbgrader recorded for one submission, as plain data (None if nothing)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        sub = gb.find_submission(assignment, student)
+    except MissingEntry:
+        return None
+    st = sub.student
+    return {
+        "student": {"first_name": st.first_name, "last_name": st.last_name, "email": st.email,
+                    "lms_user_id": st.lms_user_id},
+        "timestamp": sub.timestamp, "extension": sub.extension,
+        "notebooks": [{"name": nb.name, "flagged": nb.flagged, "late_submission_penalty": nb.late_submission_penalty,
+                       "grades": [(g.name, g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade)
+                                  for g in nb.grades],
+                       "comments": [(c.name, c.auto_comment, c.manual_comment) for c in nb.comments]}
+                      for nb in sub.notebooks],
+    }
+
+
+def store_submission(dst, assignment: str, student: str, data: dict) -> None:
+    """Write :func:`submission_data` into gradebook ``dst`` (over an earlier grade, if any)."""
+    from nbgrader.api import MissingEntry
+
+    dst.update_or_create_student(student, **data["student"])
+    try:
+        d_sub = dst.find_submission(assignment, student)
+        d_sub.timestamp = data["timestamp"]
+    except MissingEntry:
+        with nbgrader_quirks_silenced():
+            d_sub = dst.add_submission(assignment, student, timestamp=data["timestamp"])
+    d_sub.extension = data["extension"]
+    for nb in data["notebooks"]:
+        d_nb = dst.find_submission_notebook(nb["name"], assignment, student)
+        d_nb.flagged = nb["flagged"]
+        d_nb.late_submission_penalty = nb["late_submission_penalty"]
+        for name, auto, manual, extra, needs in nb["grades"]:
+            dg = dst.find_grade(name, nb["name"], assignment, student)
+            dg.auto_score, dg.manual_score, dg.extra_credit, dg.needs_manual_grade = auto, manual, extra, needs
+        for name, auto, manual in nb["comments"]:
+            dc = dst.find_comment(name, nb["name"], assignment, student)
+            dc.auto_comment, dc.manual_comment = auto, manual
+    dst.db.commit()

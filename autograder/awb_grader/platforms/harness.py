@@ -2,7 +2,7 @@
 command, read back per graded cell.
 
 Nothing here grades: :func:`grade_upload` hands the uploaded notebook to
-:func:`awb_grader.cohort.run_cohort` (collection, check/repair, nbgrader autograde in the
+:func:`awb_grader.cohort.run.run_cohort` (collection, check/repair, nbgrader autograde in the
 bubblewrap sandbox, the outside-the-kernel verdict) as a cohort of one, then reads what it wrote:
 the Record (status, reasons, failed cells, errors), nbgrader's gradebook (each cell's score and
 maximum) and the autograded notebook (each failing cell's message). :func:`bundle` copies the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import resource
 import shutil
@@ -23,7 +22,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import REPO
+from ..core.course import REPO
+from ..core.metadata import cell_meta, verdict_of
+from ..core.outputs import strip_ansi
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
@@ -166,7 +167,7 @@ def release_cells(release_nb: Path) -> list[tuple[str, float]]:
     nb = nbformat.read(release_nb, as_version=4)
     out = []
     for c in nb.cells:
-        md = c.metadata.get("nbgrader", {})
+        md = cell_meta(c)
         if md.get("grade") and not md.get("solution") and md.get("grade_id"):
             out.append((md["grade_id"], float(md.get("points", 0))))
     return out
@@ -183,12 +184,12 @@ def _messages(nb_path: Path) -> dict[str, tuple[str, str]]:
     except Exception:  # noqa: BLE001 - no notebook: no messages
         return out
     for c in nb.cells:
-        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        gid = cell_meta(c).get("grade_id")
         if c.cell_type != "code" or not gid:
             continue
         for o in c.get("outputs", []):
             if o.get("output_type") == "error":
-                out[gid] = (o.get("ename", ""), re.sub(r"\x1b\[[0-9;]*m", "", o.get("evalue", "")))
+                out[gid] = (o.get("ename", ""), strip_ansi(o.get("evalue", "")))
                 break
     return out
 
@@ -210,7 +211,7 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
 def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
     """Build the course (nbgrader generate_assignment) once, at setup: a cohort run over no
     submissions (no student code runs, so no sandbox is needed yet)."""
-    from .cohort import build_course
+    from ..cohort.run import build_course
 
     build_course(root, [assignment], Path(root).parent / "awb-empty", timeout=timeout, say=say)
 
@@ -237,7 +238,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
         shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
-        from .cohort import run_cohort
+        from ..cohort.run import run_cohort
 
         res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,
                          unprotected=unprotected, regrade=True, feedback=False, progress=False, say=say)
@@ -248,9 +249,10 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             return out
         out.status, out.reasons = str(getattr(rec.status, "value", rec.status)), list(rec.reasons)
         scores = _gradebook_scores(Path(root), assignment) if rec.status != "ungradable" else {}
-        msgs = _messages(Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb")
-        withheld = rec.status == "flagged" and any(
-            k in " ".join(rec.reasons) for k in ("tampering", "not the student's own work", "withheld"))
+        autograded = Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
+        msgs = _messages(autograded)
+        # points withheld by the outside verdict: what it wrote into the autograded notebook's metadata
+        withheld = rec.status == "flagged" and bool(verdict_of(autograded).get("withheld"))
         for gid, pts in cells:
             got = scores.get(gid, 0.0)
             if rec.status == "ungradable":
@@ -270,7 +272,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             out.reasons.append(f"note: per-cell scores add to {out.score}, the record says {rec.score}")
             out.score = rec.score
         try:
-            from . import catalog
+            from .. import catalog
 
             out.misconceptions = [m.description for g in catalog.named_by_errors(assignment, rec.failed_cells,
                                                                                  rec.errors) for m in g]
@@ -322,118 +324,3 @@ def _gradebook_scores(root: Path, assignment: str) -> dict[str, float]:
         except MissingEntry:
             return {}
         return {g.name: float(g.score or 0.0) for g in nb.grades}
-
-
-# -- rehearsing a platform here (tests, benchmark) ---------------------------------------------
-def _cgroup(controller: str, name: str) -> Path | None:
-    base = Path("/sys/fs/cgroup") / controller
-    if not base.is_dir():
-        return None
-    try:
-        d = base / name
-        d.mkdir()
-        return d
-    except OSError:
-        return None
-
-
-def contained(argv: list[str], binds: dict[str, Path], env: dict | None = None, memory_mb: int | None = None,
-              cpus: float | None = None, timeout: float = 900, keep=()) -> dict:
-    """Run ``argv`` as root in a bubblewrap container built like a grading platform's: the
-    host's system read-only, each ``binds`` target (``/autograder``, ``/grade``) a writable host
-    folder, a private ``/tmp`` (``keep``: host folders under /tmp bound read-only). Where this
-    machine lets us make cgroups (v1), the run gets ``memory_mb`` of memory and ``cpus`` CPUs, as
-    the platform's container would.
-
-    Returns {rc, seconds, stdout, peak_pss_mb (sampled every 0.2 s over the whole process tree,
-    shared pages counted once), cgroup_peak_mb (the cgroup's peak, page cache included; None
-    without cgroups), oom (the limit was hit), limited (memory limit enforced)}."""
-    import subprocess
-    import threading
-    import uuid
-
-    import psutil
-
-    args = ["bwrap", "--die-with-parent", "--cap-add", "ALL", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--ro-bind", "/sys", "/sys"]
-    for entry in sorted(Path("/").iterdir()):
-        if entry.name in ("proc", "dev", "sys", "tmp") or f"/{entry.name}" in binds:
-            continue
-        if entry.is_symlink():
-            args += ["--symlink", os.readlink(entry), str(entry)]
-        elif entry.is_dir():
-            args += ["--ro-bind", str(entry), str(entry)]
-    for path in keep:
-        args += ["--ro-bind", str(path), str(path)]
-    for target, host in binds.items():
-        args += ["--bind", str(host), target]
-    name = f"awb-rehearsal-{uuid.uuid4().hex[:8]}"
-    mem = _cgroup("memory", name) if memory_mb else None
-    cpu = _cgroup("cpu", name) if cpus else None
-    if mem:
-        (mem / "memory.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
-        try:
-            (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
-        except OSError:
-            pass
-    if cpu:
-        (cpu / "cpu.cfs_period_us").write_text("100000")
-        (cpu / "cpu.cfs_quota_us").write_text(str(int(100000 * cpus)))
-
-    def enter():
-        for d in (mem, cpu):
-            if d:
-                (d / "cgroup.procs").write_text(str(os.getpid()))
-
-    full_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp",
-                "LANG": "C.UTF-8", **(env or {})}
-    peak = [0.0]
-    done = threading.Event()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(args + list(argv), env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=enter)
-
-    def sample():
-        try:
-            top = psutil.Process(proc.pid)
-        except psutil.Error:
-            return
-        while not done.wait(0.2):
-            total = 0
-            try:
-                procs = [top, *top.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for p in procs:
-                try:
-                    total += p.memory_full_info().pss
-                except psutil.Error:
-                    pass
-            peak[0] = max(peak[0], total / 2**20)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, _ = proc.communicate()
-    seconds = time.perf_counter() - t0
-    done.set()
-    th.join()
-    out = {"rc": proc.returncode, "seconds": seconds, "stdout": stdout.decode(errors="replace"),
-           "peak_pss_mb": round(peak[0], 1), "cgroup_peak_mb": None, "oom": False, "limited": bool(mem),
-           "cpus": cpus if cpu else None}
-    if mem:
-        out["cgroup_peak_mb"] = round(int((mem / "memory.max_usage_in_bytes").read_text()) / 2**20, 1)
-        ctl = dict(line.split()[:2] for line in (mem / "memory.oom_control").read_text().splitlines() if line.strip())
-        out["oom"] = int(ctl.get("oom_kill", 0)) > 0
-    for d in (mem, cpu):
-        if d:
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-    return out

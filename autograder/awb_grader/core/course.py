@@ -9,15 +9,16 @@ plugin); this module only points nbgrader at the right directories and collects 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gradebook import name_students, nbgrader_quirks_silenced
+from .metadata import cell_meta
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 AUTOGRADER = REPO / "autograder"
 CONFIG_FILE = AUTOGRADER / "nbgrader_config.py"
 SOLUTIONS = REPO / "solutions"
@@ -45,6 +46,22 @@ def resolve(exercises: list[str] | None) -> list[str]:
     return out
 
 
+_SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def solution_cells(assignment: str) -> dict[str, str]:
+    """{grade_id: code} of the solution cells, markers removed (what a correct student wrote)."""
+    import nbformat
+
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell_meta(cell)
+        if meta.get("solution"):
+            out[meta["grade_id"]] = _SOLUTION_MARKERS.sub("", cell.source)
+    return out
+
+
 def ensure_kernel_path() -> None:
     """Hidden test cells import ``awb_grader.hidden``: grading kernels inherit PYTHONPATH."""
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -58,25 +75,6 @@ def ensure_kernel_path() -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if bindir not in path:
         os.environ["PATH"] = os.pathsep.join([bindir, *path])
-
-
-@contextmanager
-def nbgrader_quirks_silenced():
-    """Silence two warnings that nbgrader's own code raises while autograding and that say
-    nothing about the submission or the course (each filtered by its message and module):
-
-    * SQLAlchemy 2's ``SAWarning: Object of type <SubmittedAssignment> not in session``:
-      ``Gradebook.add_submission`` builds the submission's rows, reads a relationship (an
-      autoflush) and only then ``session.add``s them, which it does: nothing is lost;
-    * nbformat's ``MissingIDFieldWarning``: the test cell nbgrader adds back when a student
-      deleted it (``OverwriteCells.add_missing_cells``) is built without a cell id, which
-      nbformat then gives it.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session",
-                                module=r"nbgrader\.api")
-        warnings.filterwarnings("ignore", message="Cell is missing an id field", module=r"nbformat\.validator")
-        yield
 
 
 @dataclass
@@ -167,12 +165,10 @@ class Course:
 
     def name_student(self, student: str) -> None:
         """Give the student a readable name in the gradebook before nbgrader's autograde creates
-        one with none (formgrader would show "None, None"): ``formgrader_view.name_students``."""
+        one with none (formgrader would show "None, None"): ``gradebook.name_students``."""
         if not self.db_url and not (self.root / "gradebook.db").exists():
             return
         from nbgrader.api import Gradebook
-
-        from .formgrader_view import name_students
 
         with Gradebook(self.db) as gb:
             name_students(gb, [student])

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import nbformat
 
-from . import catalog
-from .course import REPO, Course
-from .pipeline import grade_submissions, table, write_flags
+from .. import catalog
+from ..cohort.pipeline import grade_submissions, table, write_flags
+from ..core.course import REPO, Course
+from ..core.metadata import cell_meta
 from .variants import student_notebook
 from .warm import warm_kernels
 
@@ -72,9 +73,9 @@ def build_cohort(release_nb: Path, dest: Path) -> dict[str, Path]:
         cell.metadata.pop("nbgrader", None)
     write("hana", nb)
     nb = student_notebook(release_nb, ASSIGNMENT, _mistake("sdpa_mask_after_softmax"))        # hides failing tests
-    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_sdpa_causal"]
+    nb.cells = [c for c in nb.cells if cell_meta(c).get("grade_id") != "test_sdpa_causal"]
     for c in nb.cells:
-        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_sdpa_padding":
+        if cell_meta(c).get("grade_id") == "test_sdpa_padding":
             c.source = "print('all good')"
     write("ivan", nb)
     p = dest / "jules.ipynb"                                                                  # corrupt file

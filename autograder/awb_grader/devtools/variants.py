@@ -16,22 +16,9 @@ from pathlib import Path
 
 import nbformat
 
-from .course import SOLUTIONS, Course
+from ..core.course import SOLUTIONS, Course, ensure_kernel_path, solution_cells
+from ..core.metadata import cell_meta
 from .warm import warm_kernels
-
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
-
-
-def solution_cells(assignment: str) -> dict[str, str]:
-    """{grade_id: code} of the solution cells, markers removed (what a correct student wrote)."""
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    out = {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            out[meta["grade_id"]] = _MARKERS.sub("", cell.source)
-    return out
-
 
 _ALL_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 
@@ -42,7 +29,7 @@ def notebook_cells(assignment: str) -> tuple[dict[str, str], dict[str, str], dic
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
     solutions, tests, points = {}, {}, {}
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
+        meta = cell_meta(cell)
         if meta.get("solution"):
             solutions[meta["grade_id"]] = _ALL_MARKERS.sub("", cell.source)
         elif meta.get("grade"):
@@ -62,8 +49,8 @@ def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str
     if unknown:
         raise KeyError(f"no solution cell(s) {sorted(unknown)} in {assignment}")
     for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if cell.metadata.get("nbgrader", {}).get("solution") and gid not in unanswered:
+        gid = cell_meta(cell).get("grade_id")
+        if cell_meta(cell).get("solution") and gid not in unanswered:
             cell.source = overrides.get(gid, solutions[gid])
     return nb
 
@@ -118,14 +105,19 @@ def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: P
     return Graded(scores, course.max_scores(assignment), course)
 
 
-def error_text(nb: nbformat.NotebookNode, grade_id: str) -> str:
-    """The error output of one graded cell (ANSI codes removed), '' if it passed."""
+def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:
+    """Outside verdicts of every test cell for the reference solution (no nbgrader): what an
+    honest, fully correct student gets from the re-check. Used by the test suite to show the
+    re-check never takes points from correct work."""
+    from ..verdict.outside import hidden_blocks, outside_verdicts
+
+    ensure_kernel_path()
+    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    sol = solution_cells(assignment)
     for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id and cell.cell_type == "code":
-            parts = []
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    parts.append(out.get("ename", "") + ": " + out.get("evalue", ""))
-                    parts.extend(out.get("traceback", []))
-            return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
-    return ""
+        meta = cell_meta(cell)
+        if meta.get("solution"):
+            cell.source = sol[meta["grade_id"]]
+    hidden = hidden_blocks(nb)
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    return outside_verdicts(nb, Path(workdir), list(hidden), timeout)
