@@ -38,6 +38,10 @@ from .submissions import FLAGGED, OK, REPAIRED, UNGRADABLE
 DEFAULT_PATTERN = (r"^(?:.*/)?(?P<student_id>[A-Za-z0-9][A-Za-z0-9.@-]*)(?:_|/)(?:[^/]*?_)?"
                    r"(?P<file_id>\d\d_[A-Za-z0-9_]*?)(?:[ _-]*\(?\d+\)?)?\.ipynb$")
 STATE = "cohort_state.json"
+# The cohort's own modules (report.py, similarity.py, lms_export.py) live in the folder cohort/
+# beside this file, where issue 32 moves this module too: until then this path makes them
+# awb_grader.cohort.report and so on.
+__path__ = [str(Path(__file__).with_suffix(""))]
 
 
 # -- collection (nbgrader zip_collect + a file-name collector) --------------------------------
@@ -54,6 +58,7 @@ def _collector_class():
         matched: set = set()     # every file any exercise claimed
 
         losers: dict = {}        # path of a duplicate that was not kept -> the file kept instead
+        sources: dict = {}       # (student, assignment) -> the file's name as downloaded (an LMS id may be in it)
 
         def collect(self, submitted_file):
             info = super().collect(submitted_file)
@@ -69,6 +74,7 @@ def _collector_class():
                     f"{len([v for v in ExerciseCollector.losers.values() if v == kept]) + 1} files for this exercise: "
                     f"graded {os.path.basename(kept)!r} (the latest), ignored the others")
                 return None
+            ExerciseCollector.sources[(info["student_id"], self.assignment)] = os.path.basename(submitted_file)
             if not os.path.basename(submitted_file).endswith(self.assignment + ".ipynb"):
                 ExerciseCollector.notes[(info["student_id"], self.assignment)] = os.path.basename(submitted_file)
             info["file_id"] = self.assignment + ".ipynb"
@@ -122,6 +128,7 @@ class Collected:
     subs: dict            # assignment -> {student: (path, timestamp or None)}
     renamed: dict         # (student, assignment) -> original file name
     unmatched: list       # files no exercise claimed
+    sources: dict = field(default_factory=dict)   # (student, assignment) -> file name as downloaded
 
 
 def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern: str = DEFAULT_PATTERN) -> Collected:
@@ -132,7 +139,7 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
     if inbox.exists():
         shutil.rmtree(inbox)
     Coll = collector()
-    Coll.notes, Coll.matched = {}, set()
+    Coll.notes, Coll.matched, Coll.sources = {}, set(), {}
     subs: dict = {}
     extracted_any = None
     for a in names:
@@ -181,7 +188,7 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
     for key, text in Coll.notes.items():
         k = key[:2]
         notes[k] = (notes[k] + "; " if k in notes else "") + (text if len(key) == 3 else f"file named {text!r}")
-    return Collected(subs, notes, unmatched)
+    return Collected(subs, notes, unmatched, dict(Coll.sources))
 
 
 # -- the cohort run ---------------------------------------------------------------------------
@@ -303,7 +310,9 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
                        timeline=[{"assignment": r.assignment, "student": r.student, "worker": r.worker,
                                   "began": r.began, "ended": r.ended} for r in results])
     res.summary = summarize(res)
-    (root / "summary").mkdir(exist_ok=True)
+    from .cohort import report      # the page, the alike answers and the LMS imports (cohort/report.py)
+
+    res.summary += "\n" + "\n".join(report.write_all(root, course, records, got.sources))
     (root / "summary" / "summary.txt").write_text(res.summary)
     say(res.summary)
     steps["done"] = time.time()
