@@ -11,6 +11,7 @@ into the repository, network access, 50 MB of output.
 import csv
 
 import pytest
+import report_page
 
 from awb_grader import catalog, cohort, sandbox, synth, verdict
 from awb_grader.course import EXERCISES, REPO
@@ -140,6 +141,17 @@ def test_gradebook_is_consistent_and_untouched(batch):
     assert not (REPO / "exercises" / "PWNED.txt").exists()
     autograded = res.root / "autograded" / "shout" / A / f"{A}.ipynb"
     assert autograded.stat().st_size < 1_000_000
+
+
+@pytest.mark.browser
+def test_report_page_shows_what_the_csvs_hold(batch):
+    """summary/index.html of the hostile batch in Chromium: loads with no console error, nothing
+    executable in it, the figures of grades.csv, flags.csv and similarity.csv, every reason."""
+    _, res, _ = batch
+    read = report_page.check(res.root)
+    assert ("patch", A, "flagged") in {k[:3] for k in read["flagged"]}
+    assert "mallory_homework.ipynb" in read["text"]
+    assert "canvas_grades.csv" in res.summary and "index.html" in res.summary
 
 
 def test_rerun_is_idempotent(batch):
