@@ -81,30 +81,41 @@ def check(root: Path, shots: str | None = None) -> dict:
     return read
 
 
+READ = """() => {
+  const q = (el, sel) => [...el.querySelectorAll(sel)], at = (el, name) => el.getAttribute(name);
+  const stats = {};
+  for (const card of q(document, '.exercise')) {
+    const st = Object.fromEntries(q(card, 'dd').map(dd => [at(dd, 'data-stat'), dd.innerText]));
+    st.histogram = q(card, 'rect.bin').reduce((n, r) => n + Number(at(r, 'data-count')), 0);
+    stats[at(card, 'data-assignment')] = st;
+  }
+  return {
+    scripts: q(document, 'script').length,
+    handlers: q(document, '*').some(e => [...e.attributes].some(a => a.name.startsWith('on'))),
+    students: Number(document.querySelector('#n-students').innerText),
+    stats,
+    cells: q(document, 'table.grades tbody tr').flatMap(tr => q(tr, 'td').map(
+      td => [at(tr, 'data-student'), at(td, 'data-assignment'), at(td, 'data-score')])),
+    flagged: q(document, 'table.flags tbody tr').map(
+      tr => [at(tr, 'data-student'), at(tr, 'data-assignment'), at(tr, 'data-status'), tr.innerText]),
+    checks: q(document, 'ul.checks').flatMap(ul => q(ul, 'li.check').map(li => [at(ul, 'data-assignment'),
+      at(li, 'data-cell'), Number(at(li, 'data-passed')), Number(at(li, 'data-graded'))])),
+    pairs: q(document, '.sim').map(sim => [at(sim, 'data-assignment'), q(sim, 'details.pair').map(d =>
+      [at(d, 'data-a'), at(d, 'data-b'), q(d, '.side').length, q(d, '.side pre.code').length])]),
+    text: document.body.innerText,
+  };
+}"""
+
+
 def _read(page) -> dict:
-    """What the page shows, read from the DOM the browser built."""
-    assert page.locator("script").count() == 0
-    assert not page.evaluate("""() => [...document.querySelectorAll('*')].some(
-        e => [...e.attributes].some(a => a.name.startsWith('on')))"""), "an event-handler attribute on the page"
-    stats = {}
-    for card in page.locator(".exercise").all():
-        a = card.get_attribute("data-assignment")
-        stats[a] = {dd.get_attribute("data-stat"): dd.inner_text() for dd in card.locator("dd").all()}
-        stats[a]["histogram"] = sum(int(r.get_attribute("data-count")) for r in card.locator("rect.bin").all())
-    cells = {(row.get_attribute("data-student"), td.get_attribute("data-assignment")): td.get_attribute("data-score")
-             for row in page.locator("table.grades tbody tr").all() for td in row.locator("td").all()}
-    flagged = {(tr.get_attribute("data-student"), tr.get_attribute("data-assignment"), tr.get_attribute("data-status")):
-               tr.inner_text() for tr in page.locator("table.flags tbody tr").all()}
-    checks = {(ul.get_attribute("data-assignment"), li.get_attribute("data-cell")):
-              (int(li.get_attribute("data-passed")), int(li.get_attribute("data-graded")))
-              for ul in page.locator("ul.checks").all() for li in ul.locator("li.check").all()}
-    pairs = {}
-    for sim in page.locator(".sim").all():
-        a = sim.get_attribute("data-assignment")
-        pairs[a] = [(d.get_attribute("data-a"), d.get_attribute("data-b"), d.locator(".side").count(),
-                     d.locator(".side pre.code").count()) for d in sim.locator("details.pair").all()]
-    return {"students": int(page.locator("#n-students").inner_text()), "stats": stats, "cells": cells,
-            "flagged": flagged, "checks": checks, "pairs": pairs, "text": page.locator("body").inner_text()}
+    """What the page shows, read from the DOM the browser built (one round trip)."""
+    got = page.evaluate(READ)
+    assert got["scripts"] == 0 and not got["handlers"], "something executable on the page"
+    return {"students": got["students"], "stats": got["stats"],
+            "cells": {(s, a): v for s, a, v in got["cells"]},
+            "flagged": {(s, a, st): text for s, a, st, text in got["flagged"]},
+            "checks": {(a, c): (passed, graded) for a, c, passed, graded in got["checks"]},
+            "pairs": {a: [tuple(p) for p in pairs] for a, pairs in got["pairs"]}, "text": got["text"]}
 
 
 def _compare(read: dict, grades: list[dict], flags: list[dict], alike: list[dict]) -> None:

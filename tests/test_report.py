@@ -4,7 +4,6 @@ Canvas user id kept from the downloaded file names, and the page's escaping of s
 The page itself is tested in Chromium on the demo and adversarial cohorts (tests/report_page.py,
 called from test_demo.py and test_adversarial.py, on the cohorts they grade anyway)."""
 
-import ast
 import csv
 import zipfile
 
@@ -12,6 +11,7 @@ import nbformat
 import pytest
 
 from awb_grader import catalog, cohort
+from awb_grader.synth import disguised
 from awb_grader.cohort import lms_export, report, similarity
 from awb_grader.course import EXERCISES, Course
 from awb_grader.variants import solution_cells, student_notebook
@@ -19,32 +19,6 @@ from awb_grader.variants import solution_cells, student_notebook
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 PART1 = ("softmax", "causal_mask", "scaled_dot_product_attention")
-
-
-class _Rename(ast.NodeTransformer):
-    """A copier's disguise: every local name and argument renamed (the functions keep theirs:
-    the checks call them by name), the code re-laid out by ast.unparse, comments gone."""
-
-    KEEP = {"torch", "math", "float", "int", "range", "len", "True", "False", "None", *PART1}
-
-    def __init__(self):
-        self.names = {}
-
-    def _new(self, name):
-        return name if name in self.KEEP else self.names.setdefault(name, f"my_{name}_{len(self.names)}")
-
-    def visit_Name(self, node):
-        node.id = self._new(node.id)
-        return node
-
-    def visit_arg(self, node):
-        node.arg = self._new(node.arg)
-        return node
-
-
-def disguised(code: str) -> str:
-    tree = _Rename().visit(ast.parse(code))
-    return "# my own work\n\n" + ast.unparse(tree).replace("    ", "  ") + "\n\n\n"
 
 
 def _cohort(tmp_path):

@@ -135,7 +135,8 @@ def histogram_svg(percentages: list[float], label: str) -> str:
         if n:
             parts.append(f'<text x="{x + bw / 2:.1f}" y="{y - 3:.1f}" class="count">{n}</text>')
     for i in range(0, 11, 2):
-        parts.append(f'<text x="{left + i * bw:.1f}" y="{h - 6}" class="axis">{i * 10}</text>')
+        parts.append(f'<text x="{left + i * bw:.1f}" y="{h - 6}" class="axis{" end" if i == 10 else ""}">'
+                     f"{i * 10}</text>")
     parts.append(f'<line x1="{left}" y1="{h - bottom}" x2="{w - 4}" y2="{h - bottom}" class="base"/>')
     parts.append("</svg>")
     return "".join(parts)
@@ -242,7 +243,8 @@ def section_similarity(findings: dict) -> str:
             names = ", ".join(f'{esc(s)} ({100 * v:.0f}%)' for s, v in sorted(f.reference.items()))
             out.append(f'<p class="reference">Answers that are mostly the reference solution\'s code '
                        f'({len(f.reference)}): {names}'
-                       + (f"; the {f.folded} pair(s) among them are not listed one by one" if f.folded else "")
+                       + (f"; {f.folded} pair(s) alike only through the reference solution's code are not "
+                          "listed one by one" if f.folded else "")
                        + ".</p>")
         for i, p in enumerate(f.pairs):
             if i == SHOWN_PAIRS:

@@ -9,17 +9,17 @@ clean Debian machine as on an instructor's laptop, and is called in-process on s
 while Dolos would add Node.js and native tree-sitter builds to the instructor's side for
 the same algorithm.
 
-Per exercise, each student's document is their answer cells (the release's solution cells,
-in release order; every code cell where a tampered notebook lost its nbgrader metadata).
+Per exercise, each student's answer cells (the release's solution cells; every code cell
+where a tampered notebook lost its nbgrader metadata) are compared cell by cell.
 The release's own code (the stubs' signatures and docstrings, the import cell, the locked
 checks) is copydetect's *boilerplate*: every k-gram it contains is removed from each student's
 fingerprints before comparing, so the shared template never counts. A pair is listed when
 one student's own answer code is mostly (``THRESHOLD``) found in the other's and the matching
 code is long enough (``MIN_MATCH`` tokens: one short canonical function written alike by two
-people is not evidence). Each student is also compared with the reference solution
-(``solutions/``): those whose answers are mostly its code are listed once as a group, and the
-pairs among them folded into that line. Everything here is for a person to review; it
-changes no points.
+people is not evidence), and they are still alike once the reference solution's code
+(``solutions/``) is discounted too: two students who both wrote the reference answer are not
+a pair, they are listed once, in the group of answers that are mostly the reference's code.
+Everything here is for a person to review; it changes no points.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def answers(nb_path: Path, cells: list[str]) -> dict[str, str] | None:
 def _fingerprint(code: str, name: str, boilerplate):
     from copydetect import CodeFingerprint
 
-    return CodeFingerprint(f"{name}.py", NOISE, 1, boilerplate=boilerplate, fp=io.StringIO(code))
+    return CodeFingerprint(f"{name}.py", NOISE, 1, boilerplate=boilerplate, language="python", fp=io.StringIO(code))
 
 
 def boilerplate_hashes(template_cells: list[str]) -> np.ndarray:
@@ -166,24 +166,29 @@ def similar_pairs(documents: dict[str, dict[str, str]], template_cells: list[str
                   threshold: float = THRESHOLD, reference: dict[str, str] | None = None) -> Findings:
     """``documents``: {student: {grade_id: code}}; ``reference``: the solution's {grade_id: code}.
     Each answer cell is fingerprinted alone, with the template's k-grams removed; a student's
-    share is the part of all their own answer code found in the other's same cells."""
+    share is the part of all their own answer code found in the other's same cells. With a
+    reference, a pair is listed only if it is also alike past the reference solution's code
+    (its k-grams removed too); pairs alike only through it are counted in ``folded``."""
     bp = boilerplate_hashes(template_cells)
     prints = _prints(documents, bp)
-    ref = {}
+    ref, beyond = {}, None
     if reference:
         ref_fp = _prints({REFERENCE: reference}, bp).get(REFERENCE, {})
         for s, fs in prints.items():
             p = compare(s, fs, REFERENCE, ref_fp, assignment) if ref_fp else None
             if p and p.matched >= MIN_MATCH and p.share_a >= threshold:
                 ref[s] = p.share_a
+        beyond = _prints(documents, np.union1d(bp, boilerplate_hashes(list(reference.values()))))
     pairs, folded = [], 0
     for (a, fa), (b, fb) in itertools.combinations(sorted(prints.items()), 2):
         p = compare(a, fa, b, fb, assignment)
-        if p.listed(threshold):
-            if a in ref and b in ref:
-                folded += 1
-            else:
-                pairs.append(p)
+        if not p.listed(threshold):
+            continue
+        if beyond is not None and not (a in beyond and b in beyond
+                                       and compare(a, beyond[a], b, beyond[b]).listed(threshold)):
+            folded += 1
+            continue
+        pairs.append(p)
     pairs.sort(key=lambda p: (-p.score, -p.matched, p.a, p.b))
     return Findings(assignment, pairs, ref, folded, len(prints))
 
