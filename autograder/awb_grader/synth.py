@@ -110,28 +110,26 @@ COPIER_FILE = f"copier_1234567_890123_{ADV_ASSIGNMENT}.ipynb"     # Canvas's nam
 
 
 def disguised(code: str, keep: set = frozenset()) -> str:
-    """A copier's disguise of someone's answer cell: every local name and argument renamed
-    (not ``keep``, the modules, builtins, nor the functions the checks call by name), the code
+    """A copier's disguise of someone's answer cell: every variable the cell assigns renamed
+    (not the arguments, which the stub fixes and the checks may pass by name, nor ``keep``, nor
+    what it only reads: modules, builtins, other cells' functions), the code
     laid out anew by ``ast.unparse`` (quotes, spacing, line breaks; comments gone), indented
     by two, a comment of its own on top."""
     import ast
     import builtins
 
     tree = ast.parse(code)
-    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    fixed = {*keep, *defined, *dir(builtins), "torch", "math", "nn", "F", "self"}
+    args = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local = assigned - args - set(keep) - set(dir(builtins))
     names: dict = {}
 
     class Rename(ast.NodeTransformer):
         def _new(self, name):
-            return name if name in fixed else names.setdefault(name, f"my_{name}_{len(names)}")
+            return names.setdefault(name, f"my_{name}_{len(names)}") if name in local else name
 
         def visit_Name(self, node):
             node.id = self._new(node.id)
-            return node
-
-        def visit_arg(self, node):
-            node.arg = self._new(node.arg)
             return node
 
     return "# my own work\n\n" + ast.unparse(Rename().visit(tree)).replace("    ", "  ") + "\n\n\n"
