@@ -151,6 +151,11 @@ def _status_badge(status: str) -> str:
     return f'<span class="badge {esc(status)}">{esc(status)}</span>'
 
 
+def _end(out: list, empty: bool, none: str) -> str:
+    """Close a section: say ``none`` where it has nothing to show."""
+    return "\n".join([*out, *([f"<p>{none}</p>"] if empty else []), "</section>"])
+
+
 def section_scores(g: lms_export.Grades, flags: list[dict]) -> str:
     out = ['<section id="scores"><h2>Scores per exercise</h2><div class="cards">']
     for a in g.assignments:
@@ -187,10 +192,7 @@ def section_checks(per: dict) -> str:
                 out.append("</ul>")
             out.append("</li>")
         out.append("</ul>")
-    if not per:
-        out.append("<p>No graded checks.</p>")
-    out.append("</section>")
-    return "\n".join(out)
+    return _end(out, not per, "No graded checks.")
 
 
 def _feedback_href(root: Path, student: str, a: str) -> str:
@@ -262,10 +264,7 @@ def section_similarity(findings: dict) -> str:
                            f'<figure><figcaption>{esc(p.b)}</figcaption><pre class="code">{right}</pre></figure></div>')
             out.append("</details>")
         out.append("</div>")
-    if not findings:
-        out.append("<p>Nothing to compare.</p>")
-    out.append("</section>")
-    return "\n".join(out)
+    return _end(out, not findings, "Nothing to compare.")
 
 
 def section_grades(root: Path, g: lms_export.Grades, status: dict) -> str:
