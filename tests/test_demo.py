@@ -47,6 +47,7 @@ def test_demo_report_page_shows_what_the_csvs_hold(demo_run):
     root, _ = demo_run
     read = report_page.check(root)
     assert "sqrt(d)" in read["text"] and "jules" in read["text"]
+    assert "1 student(s) attention scores not divided by sqrt(d)" in " ".join(read["text"].split())   # dev
     assert (root / "lms" / "canvas_grades.csv").exists() and (root / "lms" / "moodle_grades.csv").exists()
 
 

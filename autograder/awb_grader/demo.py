@@ -103,7 +103,10 @@ def run(root: Path = DEMO_ROOT, quiet: bool = False) -> list:
     course.export_csv(root / "grades.csv")
     write_flags(rows, root / "flags.csv")
     from .cohort import report
+    from .parallel import failing_errors
 
+    for r in rows:      # the failed checks' messages, as the cohort command keeps them: the page names mistakes by them
+        r.errors = r.errors or failing_errors(course, ASSIGNMENT, r.student, r.failed_cells)
     where = report.write_all(root, course, rows)     # summary/index.html, alike answers, LMS imports
     say(f"5/5 done in {time.perf_counter() - t0:.0f} s\n")
     say(table(rows))
