@@ -178,6 +178,7 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, mon
     assert scores["ada"] == r1.records[0].max_score > scores["dev"]
     assert (root / "summary" / "scores.png").stat().st_size > 1000
     assert "sqrt(d)" in r1.summary                     # the insight names dev's misconception
+    assert "summary/index.html" in r1.summary and "lms/canvas_grades.csv" in r1.summary   # says where they are
     csv1 = (root / "grades.csv").read_text()
 
     r2 = _cohort_in_fresh_process(first, root, **quiet)  # same zip again: nothing to do
@@ -195,3 +196,5 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, mon
     with open(root / "grades.csv") as fh:
         rows = {r["student_id"]: float(r["score"]) for r in csv.DictReader(fh)}
     assert rows == {"ada": scores["ada"], "dev": scores["ada"], "zoe": scores["ada"]}
+    page = (root / "summary" / "index.html").read_text()        # the report page is rewritten with zoe
+    assert all(f'<tr data-student="{s}"><th>' in page for s in ("ada", "dev", "zoe"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.course import Course
@@ -32,6 +32,7 @@ def _collector_class():
         matched: set = set()     # every file any exercise claimed
 
         losers: dict = {}        # path of a duplicate that was not kept -> the file kept instead
+        sources: dict = {}       # (student, assignment) -> the file's name as downloaded (an LMS id may be in it)
 
         def collect(self, submitted_file):
             info = super().collect(submitted_file)
@@ -47,6 +48,7 @@ def _collector_class():
                     f"{len([v for v in ExerciseCollector.losers.values() if v == kept]) + 1} files for this exercise: "
                     f"graded {os.path.basename(kept)!r} (the latest), ignored the others")
                 return None
+            ExerciseCollector.sources[(info["student_id"], self.assignment)] = os.path.basename(submitted_file)
             if not os.path.basename(submitted_file).endswith(self.assignment + ".ipynb"):
                 ExerciseCollector.notes[(info["student_id"], self.assignment)] = os.path.basename(submitted_file)
             info["file_id"] = self.assignment + ".ipynb"
@@ -100,6 +102,7 @@ class Collected:
     subs: dict            # assignment -> {student: (path, timestamp or None)}
     renamed: dict         # (student, assignment) -> original file name
     unmatched: list       # files no exercise claimed
+    sources: dict = field(default_factory=dict)   # (student, assignment) -> file name as downloaded
 
 
 def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern: str = DEFAULT_PATTERN) -> Collected:
@@ -110,7 +113,7 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
     if inbox.exists():
         shutil.rmtree(inbox)
     Coll = collector()
-    Coll.notes, Coll.matched = {}, set()
+    Coll.notes, Coll.matched, Coll.sources = {}, set(), {}
     subs: dict = {}
     extracted_any = None
     for a in names:
@@ -159,4 +162,4 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
     for key, text in Coll.notes.items():
         k = key[:2]
         notes[k] = (notes[k] + "; " if k in notes else "") + (text if len(key) == 3 else f"file named {text!r}")
-    return Collected(subs, notes, unmatched)
+    return Collected(subs, notes, unmatched, dict(Coll.sources))

@@ -111,6 +111,9 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
                                   "began": r.began, "ended": r.ended} for r in results])
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)
+    from . import report      # the page, the alike answers and the LMS imports (cohort/report.py)
+
+    res.summary += "\n" + "\n".join(report.write_all(root, course, records, got.sources))
     (root / "summary" / "summary.txt").write_text(res.summary)
     say(res.summary)
     steps["done"] = time.time()

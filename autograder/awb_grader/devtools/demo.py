@@ -103,11 +103,14 @@ def run(root: Path = DEMO_ROOT, quiet: bool = False) -> list:
     say("4/5 export: nbgrader's CSV export plugin")
     course.export_csv(root / "grades.csv")
     write_flags(rows, root / "flags.csv")
+    from ..cohort import report
+
+    where = report.write_all(root, course, rows)     # summary/index.html, alike answers, LMS imports
     say(f"5/5 done in {time.perf_counter() - t0:.0f} s\n")
     say(table(rows))
     say(f"\ngrades (nbgrader export): {root / 'grades.csv'}\nflags and reasons:        {root / 'flags.csv'}\n"
         f"feedback (HTML):          {root / 'feedback'}/<student>/{ASSIGNMENT}/\n"
-        f"gradebook (sqlite):       {root / 'gradebook.db'}")
+        f"gradebook (sqlite):       {root / 'gradebook.db'}\n" + "\n".join(where))
     return rows
 
 

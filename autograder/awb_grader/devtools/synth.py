@@ -107,6 +107,33 @@ get_ipython().showtraceback = lambda *a, **k: None
 
 
 SANDBOX_ONLY = ("forker", "reader", "writer", "writer2", "netty")
+COPIER_FILE = f"copier_1234567_890123_{ADV_ASSIGNMENT}.ipynb"     # Canvas's name: user id 1234567
+
+
+def disguised(code: str, keep: set = frozenset()) -> str:
+    """A copier's disguise of someone's answer cell: every variable the cell assigns renamed
+    (not the arguments, which the stub fixes and the checks may pass by name, nor ``keep``, nor
+    what it only reads: modules, builtins, other cells' functions), the code
+    laid out anew by ``ast.unparse`` (quotes, spacing, line breaks; comments gone), indented
+    by two, a comment of its own on top."""
+    import ast
+    import builtins
+
+    tree = ast.parse(code)
+    args = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local = assigned - args - set(keep) - set(dir(builtins))
+    names: dict = {}
+
+    class Rename(ast.NodeTransformer):
+        def _new(self, name):
+            return names.setdefault(name, f"my_{name}_{len(names)}") if name in local else name
+
+        def visit_Name(self, node):
+            node.id = self._new(node.id)
+            return node
+
+    return "# my own work\n\n" + ast.unparse(Rename().visit(tree)).replace("    ", "  ") + "\n\n\n"
 
 
 def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool = True) -> dict[str, dict]:
@@ -139,6 +166,8 @@ def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool
     # honest students (their grades must not move)
     put("ada", "honest: correct", nb(), "full")
     put("ben", "honest: correct alternative", nb(dict(alt.cells)), "full")
+    put("copier", "a renamed, reformatted copy of ben's answers (a Canvas file name)",
+        nb({c: disguised(code) for c, code in alt.cells.items()}), "full; alike: ben", name=COPIER_FILE)
     m = mk["sdpa_no_scaling"]
     put("dev", "honest: a catalogued mistake", nb({m.cell: m.source}), "mistake:sdpa_no_scaling")
 
