@@ -78,7 +78,9 @@ def flash_attention_kernel(Q, K, V, O,
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)         # running maximum
     l = tl.zeros([BLOCK_M], tl.float32)                       # running sum of exp(s - m)
     acc = tl.zeros([BLOCK_M, D], tl.float32)                  # running sum of exp(s - m) v
-    end = tl.minimum((i + 1) * BLOCK_M, T) if CAUSAL else T   # causal: no key tile after the diagonal
+    end = T
+    if CAUSAL:
+        end = tl.minimum((i + 1) * BLOCK_M, T)                # causal: no key tile after the diagonal
     for start in range(0, end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)                  # (BLOCK_N,) this tile's keys
         k = tl.load(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kt + dims[None, :] * stride_kd,
