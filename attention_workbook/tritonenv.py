@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import torch
 
@@ -40,11 +41,24 @@ def _decide() -> bool:
     return False
 
 
+TOO_EARLY = ("triton was imported before attention_workbook.tritonenv switched on its interpreter (no GPU "
+             "here): its own helpers then cannot run in the interpreter.\nTo fix: restart the kernel and run the "
+             "notebook from the top (the import cell before any `import triton`), or set TRITON_INTERPRET=1 first.")
+
 if importlib.util.find_spec("triton") is None:
     raise TritonMissing(MISSING)
+_ALREADY = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+_IMPORTED = "triton" in sys.modules
 INTERPRETED = _decide()
+if INTERPRETED and _IMPORTED and not _ALREADY:
+    raise TritonMissing(TOO_EARLY)
 import triton  # noqa: E402 - after TRITON_INTERPRET is decided
 import triton.language as tl  # noqa: E402
+
+if INTERPRETED and hasattr(getattr(triton, "knobs", None), "runtime"):
+    # Triton >= 3.4 reads TRITON_INTERPRET through its knobs at every @triton.jit: set the knob too,
+    # so kernels defined later still get the interpreter when something resets os.environ
+    triton.knobs.runtime.interpret = True
 
 # where the tensors a kernel reads must live: the GPU, or the CPU for the interpreter
 DEVICE = "cpu" if INTERPRETED else "cuda"
