@@ -257,7 +257,7 @@ class Replay:
         except Unsupported as e:
             self.unsupported = str(e)
             raise
-        if op == "call":
+        if op in ("call", "launch"):
             payload["forbid"] = A.forbid_spec()
         buf = io.BytesIO()
         try:
