@@ -104,8 +104,9 @@ def test_hidden_checks_replayed_outside_fail_a_mistake(tmp_path):
     whose accumulator is not rescaled fails there, in every cell that uses it."""
     import nbformat
 
-    from awb_grader import catalog, verdict
-    from awb_grader.course import SOLUTIONS, ensure_kernel_path
+    from awb_grader import catalog
+    from awb_grader.verdict import outside as verdict
+    from awb_grader.core.course import SOLUTIONS, ensure_kernel_path
 
     ensure_kernel_path()
     mistake = next(m for m in catalog.mistakes(A) if m.id == "flash_acc_not_rescaled")
