@@ -167,12 +167,18 @@ def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch
     probe = ("import importlib\nfor m in ('attention_workbook.checks.ex04', 'awb_grader.hidden.ex04', "
              "'attention_workbook.qkv', 'attention_workbook.mha'):\n"
              "    try:\n        importlib.import_module(m); print('ok', m)\n"
-             "    except ImportError:\n        print('missing', m)\n")
+             "    except ImportError:\n        print('missing', m)\n"
+             # the grader's bytecode of what it provides is there, read-only (provided.compile_bytecode)
+             "import importlib.util, attention_workbook.checks.ex04 as m\n"
+             "pyc = importlib.util.cache_from_source(m.__file__)\n"
+             "print('bytecode', open(pyc, 'rb').read(4) == importlib.util.MAGIC_NUMBER)\n"
+             "try:\n    open(pyc, 'ab')\nexcept OSError:\n    print('read-only')\n")
     env = {**os.environ, "PYTHONPATH": f"{AUTOGRADER}{os.pathsep}{REPO}"}
     out = subprocess.run(sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env),
                          capture_output=True, text=True, timeout=120).stdout.split("\n")
-    assert out[:4] == ["ok attention_workbook.checks.ex04", "ok awb_grader.hidden.ex04",
-                       "missing attention_workbook.qkv", "missing attention_workbook.mha"], out
+    assert out[:6] == ["ok attention_workbook.checks.ex04", "ok awb_grader.hidden.ex04",
+                       "missing attention_workbook.qkv", "missing attention_workbook.mha",
+                       "bytecode True", "read-only"], out
 
 
 PRODUCT = sorted((REPO / "autograder" / "awb_grader").rglob("*.py"))      # the grading core
