@@ -26,6 +26,7 @@ sys.path[:0] = [str(REPO / "autograder"), str(REPO), str(REPO / "benchmarks")]
 
 from compare_trees import become_subreaper, children_cpu  # noqa: E402
 from machine_info import describe, load  # noqa: E402
+from phase_profile import configure_isolation  # noqa: E402
 
 
 def cpu_of(cmd: list[str], cwd: Path) -> tuple[float, float]:
@@ -48,7 +49,7 @@ def main() -> None:
 
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "autograder"), str(REPO)])   # as the sandbox sees it
-    sandbox.configure(say=lambda *x: None)
+    configure_isolation()
     if not become_subreaper():
         sys.exit("bench_bytecode: cannot count the sandboxed processes (no PR_SET_CHILD_SUBREAPER)")
     print(f"bench_bytecode: {a.rounds} rounds; sandbox={os.environ.get('AWB_SANDBOX_MODE')}")

@@ -126,8 +126,8 @@ def main() -> None:
 
         names = [n for n in assignments() if n[:2] in set(a.profile_exercises)]
         print(f"[0] per-phase profile: {a.profile} correct notebook(s) of each of {len(names)} exercises, "
-              f"graded one at a time by the worker's code (sandbox={os.environ.get('AWB_SANDBOX_MODE') or 'bwrap'}), "
-              f"median seconds per notebook  [{load()}]")
+              f"graded one at a time by the worker's code, "
+              f"median per notebook  [{load()}]")
         phase_profile.run(names, a.profile)
         print(f"    [{load()}]")
         if a.profile_only:

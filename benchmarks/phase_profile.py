@@ -32,10 +32,73 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-LOG: list[tuple[str, float]] = []        # (label, time.time()) of the notebook being graded
+LOG: list[tuple] = []        # (label, time.time(), core-seconds so far or None) of the notebook being graded
+
+
+class CpuMeter(threading.Thread):
+    """The core-seconds used so far by this process (less this thread) and by every process under
+    it (the sandboxed kernel and replay, nbgrader's helpers), sampled from ``/proc`` every 20 ms:
+    a process's own user + system time, counted while it lives (its last 20 ms may be missed)."""
+
+    HZ = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self):
+        super().__init__(name="cpu-meter", daemon=True)
+        self.seen: dict[tuple[int, int], float] = {}      # (pid, start tick) -> its CPU seconds
+        self.own = 0.0                                     # this thread's CPU seconds
+        self.lock = threading.Lock()
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        parent, cpu = {}, {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as fh:
+                        f = fh.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parent[int(d)] = int(f[1])
+                cpu[(int(d), int(f[19]))] = (int(f[11]) + int(f[12])) / self.HZ
+        mine = {pid for pid in parent if self._under(pid, me, parent)}
+        with self.lock:
+            for (pid, start), c in cpu.items():
+                if pid in mine:
+                    self.seen[(pid, start)] = max(c, self.seen.get((pid, start), 0.0))
+
+    @staticmethod
+    def _under(pid: int, me: int, parent: dict) -> bool:
+        for _ in range(64):
+            pid = parent.get(pid, 0)
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    def run(self) -> None:
+        while True:
+            self._sample()
+            self.own = time.thread_time()
+            time.sleep(0.02)
+
+    def total(self) -> float:
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        with self.lock:
+            return ru.ru_utime + ru.ru_stime - self.own + sum(self.seen.values())
+
+
+METER: CpuMeter | None = None
+
+
+def note(label: str) -> None:
+    LOG.append((label, time.time(), METER.total() if METER else None))
 
 
 class Stamp:
@@ -45,19 +108,29 @@ class Stamp:
         self.label = label
 
     def __call__(self, nb, resources):
-        LOG.append((self.label, time.time()))
+        note(self.label)
         if self.label == "SandboxExecute":
             cells = [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("execution")]
             first_torch = next((i for i, c in enumerate(cells) if "import torch" in c.source), 0)
             for i, c in enumerate(cells):
                 ex = c.metadata.execution
                 if "iopub.status.busy" in ex and "shell.execute_reply" in ex:
-                    LOG.append((f"cell{i}.busy", _ts(ex["iopub.status.busy"])))
-                    LOG.append((f"cell{i}.done", _ts(ex["shell.execute_reply"])))
+                    LOG.append((f"cell{i}.busy", _ts(ex["iopub.status.busy"]), None))
+                    LOG.append((f"cell{i}.done", _ts(ex["shell.execute_reply"]), None))
                     if i == first_torch:
-                        LOG.append(("torch.busy", _ts(ex["iopub.status.busy"])))
-                        LOG.append(("torch.done", _ts(ex["shell.execute_reply"])))
+                        LOG.append(("torch.busy", _ts(ex["iopub.status.busy"]), None))
+                        LOG.append(("torch.done", _ts(ex["shell.execute_reply"]), None))
         return nb, resources
+
+
+def configure_isolation() -> str:
+    """The isolation this machine gives (bubblewrap here; ``AWB_ISOLATION=landlock`` picks the
+    Landlock tier where ``isolation/tiers.py`` exists), put in this process's environment."""
+    try:
+        from awb_grader.isolation.tiers import configure
+    except ImportError:                      # before the tiers (issue 30): bubblewrap or refusal
+        from awb_grader.isolation.sandbox import configure
+    return configure(say=lambda *x: None)
 
 
 def _ts(text: str) -> float:
@@ -83,11 +156,11 @@ def _wrap(owner, name: str, before: str, after: str) -> None:
     orig = getattr(owner, name)
 
     def timed(*args, **kwargs):
-        LOG.append((before, time.time()))
+        note(before)
         try:
             return orig(*args, **kwargs)
         finally:
-            LOG.append((after, time.time()))
+            note(after)
 
     setattr(owner, name, timed)
 
@@ -128,25 +201,59 @@ PHASES = [
     ("AssignLatePenalties, CheckCellMetadata", "SaveAutoGrades", "CheckCellMetadata"),
     ("FlagSubmission (gradebook write)", "CheckCellMetadata", "FlagSubmission"),
     ("nbgrader: write the notebook, finish", "FlagSubmission", "autograde end"),
-    ("scores, diagnosis read back (ours)", "autograde end", "grade end"),
-    ("feedback (nbgrader generate_feedback)", "grade end", "feedback end"),
+    ("scores, diagnosis read back (ours)", "autograde end", "feedback"),
+    ("feedback (nbgrader generate_feedback)", "feedback", "feedback end"),
     ("worker's gradebook read", "feedback end", "grade_one end"),
     ("merge into the main gradebook", "grade_one end", "merged"),
 ]
 
 
-def spans(log: list[tuple[str, float]]) -> dict[str, float]:
+# the same notebook in core-seconds: between the boundaries this process passes itself (the
+# kernel's per-cell times are its own clock's, read afterwards: its start, the import of PyTorch
+# and the cells are one phase here)
+CPU_PHASES = [
+    ("submit + check/repair (ours)", "grade_one", "autograde"),
+    ("nbgrader: app, gradebook, copies, sanitize", "autograde", "autograde pass"),
+    ("SandboxGuard", "autograde pass", "SandboxGuard"),
+    ("the kernel: start, import torch, cells, stop", "SandboxGuard", "SandboxExecute"),
+    ("IgnorePattern..LimitOutputBytes", "SandboxExecute", "LimitOutputBytes"),
+    ("verdict: static reading", "LimitOutputBytes", "replay start"),
+    ("verdict: replay start (sandbox, torch, cells)", "replay start", "replay ready"),
+    ("verdict: hidden checks through the replay", "replay ready", "OutsideVerdict"),
+    ("nbgrader: SaveAutoGrades .. FlagSubmission", "OutsideVerdict", "FlagSubmission"),
+    ("nbgrader: write the notebook, finish", "FlagSubmission", "autograde end"),
+    ("scores, diagnosis read back (ours)", "autograde end", "feedback"),
+    ("feedback (nbgrader generate_feedback)", "feedback", "feedback end"),
+    ("worker's gradebook read", "feedback end", "grade_one end"),
+    ("merge into the main gradebook", "grade_one end", "merged"),
+]
+
+
+def core_seconds(log: list[tuple]) -> dict[str, float]:
+    """{phase: core-seconds} of one notebook's log (CPU_PHASES)."""
+    at: dict[str, float] = {}
+    for label, _, c in log:
+        if c is not None:
+            at.setdefault(label, c)
+    if "replay start" not in at and "LimitOutputBytes" in at:
+        at["replay start"] = at["replay ready"] = at["LimitOutputBytes"]
+    out = {name: at[b] - at[a] for name, a, b in CPU_PHASES if a in at and b in at}
+    out["total"] = at.get("merged", 0) - at.get("grade_one", 0)
+    return out
+
+
+def spans(log: list[tuple]) -> dict[str, float]:
     """{phase: seconds} of one notebook's log (a phase whose ends are missing is left out:
     e.g. no replay when nothing earned points)."""
     at: dict[str, float] = {}
-    for label, t in log:
+    for label, t, _ in log:
         at.setdefault(label, t)       # the first time each boundary is passed
-    done = [t for label, t in log if label.endswith(".done")]
+    done = [t for label, t, _ in log if label.endswith(".done")]
     if done:
         at["last.done"] = max(done)
     if "replay start" not in at and "LimitOutputBytes" in at:
         at["replay start"] = at["replay ready"] = at["LimitOutputBytes"]
-    out = {}
+    out: dict[str, float] = {}
     for name, a, b in PHASES:
         if a in at and b in at:
             out[name] = at[b] - at[a]
@@ -154,8 +261,9 @@ def spans(log: list[tuple[str, float]]) -> dict[str, float]:
     return out
 
 
-def profile(work: Path, names: list[str], per_exercise: int = 1, say=print) -> dict[str, list[dict]]:
-    """Grade ``per_exercise`` correct notebooks of each exercise as a worker does; {exercise: [spans]}."""
+def profile(work: Path, names: list[str], per_exercise: int = 1, say=print) -> tuple[dict, dict]:
+    """Grade ``per_exercise`` correct notebooks of each exercise as a worker does:
+    ({exercise: [wall spans]}, {exercise: [core-seconds]})."""
     import multiprocessing as mp
 
     import nbformat
@@ -168,7 +276,7 @@ def profile(work: Path, names: list[str], per_exercise: int = 1, say=print) -> d
     from awb_grader.isolation import sandbox
     from awb_grader.verdict import outside
 
-    sandbox.configure(say=lambda *x: None)
+    configure_isolation()
     main = Course(work / "main", release_dir=work / "main" / "release")
     for a in names:
         main.generate_assignment(a)
@@ -189,34 +297,49 @@ def profile(work: Path, names: list[str], per_exercise: int = 1, say=print) -> d
     here = os.getcwd()
     _wrap(outside.Replay, "__init__", "replay start", "replay ready")
     _wrap(Course, "autograde", "autograde", "autograde end")
+    _wrap(Course, "generate_feedback", "feedback", "feedback end")
     parallel._init_worker(spec, ids)
     parallel._preload()                       # as a worker has by its second notebook
+    # the process's first-use costs (imports, templates, the bubblewrap probe) are not a notebook's:
+    # one notebook of the first exercise is graded first, unrecorded
+    first = tasks[0]
+    p = inbox / f"warmup_{first.assignment}.ipynb"
+    nbformat.write(nbformat.read(first.path, as_version=4), p)
+    warm = parallel._grade_one(parallel.Task(first.assignment, "warmup", str(p)))
+    with Gradebook(main.db) as gb:
+        merge_one(main, warm, gb)
+    global METER
+    METER = CpuMeter()
+    METER.start()
     out: dict[str, list[dict]] = {}
+    cores: dict[str, list[dict]] = {}
     try:
         with Gradebook(main.db) as gb:
             for t in tasks:
                 LOG.clear()
-                LOG.append(("grade_one", time.time()))
+                time.sleep(0.05)              # the meter has seen every process of the notebook before
+                note("grade_one")
                 r = parallel._grade_one(t)
-                LOG.append(("grade_one end", time.time()))
-                LOG.append(("grade end", r.began + r.phases["grade"]))
-                LOG.append(("feedback end", r.began + r.phases["grade"] + r.phases.get("feedback", 0)))
+                note("grade_one end")
                 merge_one(main, r, gb)
-                LOG.append(("merged", time.time()))
+                time.sleep(0.05)
+                note("merged")
                 s = spans(LOG)
+                cores.setdefault(t.assignment, []).append(core_seconds(LOG))
                 s["_score"] = r.score
                 s["_status"] = r.status
                 out.setdefault(t.assignment, []).append(s)
-                say(f"    {t.assignment} {t.student}: {s['total']:.2f} s, score {r.score}/{r.max_score}, {r.status}")
+                say(f"    {t.assignment} {t.student}: {s['total']:.2f} s, {cores[t.assignment][-1]['total']:.2f} "
+                    f"core-seconds, score {r.score}/{r.max_score}, {r.status}")
     finally:
         os.chdir(here)
-    return out
+    return out, cores
 
 
-def table(prof: dict[str, list[dict]]) -> str:
+def table(prof: dict[str, list[dict]], phases=PHASES) -> str:
     """Phases x exercises (median seconds per notebook) and the mean over the exercises."""
     names = list(prof)
-    rows = [name for name, _, _ in PHASES] + ["total"]
+    rows = [name for name, _, _ in phases] + ["total"]
     med = {a: {r: statistics.median([s.get(r, 0.0) for s in prof[a]]) for r in rows} for a in names}
     head = f"{'phase':46s} " + " ".join(f"{a[:2]:>5s}" for a in names) + "   mean  share"
     lines = [head, "-" * len(head)]
@@ -232,13 +355,14 @@ def run(names: list[str], per_exercise: int = 1, say=print) -> dict:
     work = Path(tempfile.mkdtemp(prefix="awb-phases-"))
     d = work / "sb"
     d.mkdir()
-    from awb_grader.isolation import sandbox
-
-    sandbox.configure(say=lambda *x: None)
+    say(f"    isolation tier: {configure_isolation()}")
     inside, outside_ = sandbox_start(d)
     say(f"    sandbox start alone: `python -c pass` in the sandbox {inside:.3f} s, outside {outside_:.3f} s "
         f"-> bubblewrap, prlimit, setpriv add {inside - outside_:.3f} s per process (median of 5; "
         f"a notebook starts two: the kernel and the replay)")
-    prof = profile(work, names, per_exercise, say)
+    prof, cores = profile(work, names, per_exercise, say)
+    say("    wall seconds per phase (one notebook at a time, median per exercise):")
     say(table(prof))
+    say("    core-seconds per phase (this process, less the meter, and every process under it):")
+    say(table(cores, CPU_PHASES))
     return prof
