@@ -44,6 +44,10 @@ from awb_grader.protect import configure as _protect  # noqa: E402
 
 _protect(c)
 
+# `nbgrader zip_collect` opens the LMS download only, under limits; a student's uploaded archive is
+# never unpacked (awb_grader/uploads.py; the cohort command sets the same extractor).
+c.ZipCollectApp.extractor_plugin = "awb_grader.uploads.SafeExtractor"
+
 # Grading kernels talk to nbgrader over local TCP. ipykernel >= 7.4 supports CurveZMQ encryption
 # of that channel and warns on every start when it is off ("Kernel is running over TCP without
 # encryption"): let jupyter_client provision the keys where both sides support it. (The sandbox's

@@ -56,7 +56,11 @@ def _collector_class():
         losers: dict = {}        # path of a duplicate that was not kept -> the file kept instead
 
         def collect(self, submitted_file):
-            info = super().collect(submitted_file)
+            from .uploads import as_notebook_name
+
+            # any upload belongs to the student its name names: a zip or a PDF too (never unpacked)
+            upload = as_notebook_name(submitted_file)
+            info = super().collect(upload or submitted_file)
             if not info:
                 return None
             stem = os.path.splitext(info["file_id"])[0]
@@ -69,7 +73,10 @@ def _collector_class():
                     f"{len([v for v in ExerciseCollector.losers.values() if v == kept]) + 1} files for this exercise: "
                     f"graded {os.path.basename(kept)!r} (the latest), ignored the others")
                 return None
-            if not os.path.basename(submitted_file).endswith(self.assignment + ".ipynb"):
+            if upload:
+                ExerciseCollector.notes[(info["student_id"], self.assignment, "upload")] = (
+                    f"uploaded {os.path.basename(submitted_file)!r}")
+            elif not os.path.basename(submitted_file).endswith(self.assignment + ".ipynb"):
                 ExerciseCollector.notes[(info["student_id"], self.assignment)] = os.path.basename(submitted_file)
             info["file_id"] = self.assignment + ".ipynb"
             return info
@@ -99,15 +106,21 @@ def _duplicates(extracted: Path, pattern: str, assignment: str) -> dict[str, str
     """{path of an older duplicate: path kept} for students with several files for one
     exercise: the newest by timestamp (when the pattern has one), then by the LMS's copy
     number (``-2`` after ``-1``), then by name."""
+    from .uploads import as_notebook_name
+
     per: dict = {}
-    for p in sorted(extracted.rglob("*.ipynb")):
-        m = re.match(pattern, str(p))
+    for p in sorted(extracted.rglob("*")):
+        if not p.is_file() or p.is_symlink():
+            continue
+        name = as_notebook_name(str(p)) or str(p)
+        m = re.match(pattern, name)
         if not m or m["file_id"][:2] != assignment[:2]:
             continue
-        tail = os.path.basename(p)[len(os.path.basename(p).rsplit(m["file_id"], 1)[0]) + len(m["file_id"]):]
+        tail = os.path.basename(name)[len(os.path.basename(name).rsplit(m["file_id"], 1)[0]) + len(m["file_id"]):]
         copy = int("".join(ch for ch in tail if ch.isdigit()) or 0)
         ts = m.groupdict().get("timestamp") or ""
-        per.setdefault(m["student_id"], []).append(((ts, copy, str(p)), os.path.realpath(p)))
+        # one file per student and kind (a notebook, a zip, ...): nbgrader stops on two of a kind
+        per.setdefault((m["student_id"], p.suffix), []).append(((ts, copy, str(p)), os.path.realpath(p)))
     out = {}
     for files in per.values():
         if len(files) > 1:
@@ -122,11 +135,15 @@ class Collected:
     subs: dict            # assignment -> {student: (path, timestamp or None)}
     renamed: dict         # (student, assignment) -> original file name
     unmatched: list       # files no exercise claimed
+    unread: list = field(default_factory=list)   # (file or member, reason): not read (uploads.SafeExtractor)
 
 
 def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern: str = DEFAULT_PATTERN) -> Collected:
-    """Run nbgrader's ZipCollectApp once per exercise on ``source`` (a zip or a folder)."""
+    """Run nbgrader's ZipCollectApp once per exercise on ``source`` (a zip or a folder), with
+    :class:`~awb_grader.uploads.SafeExtractor`: the zip is the one archive opened, under limits."""
     from nbgrader.apps import ZipCollectApp
+
+    from .uploads import SafeExtractor
 
     source = Path(source).resolve()
     if inbox.exists():
@@ -134,12 +151,14 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
     Coll = collector()
     Coll.notes, Coll.matched = {}, set()
     subs: dict = {}
+    unread: list = []
     extracted_any = None
     for a in names:
         archive = inbox / "downloaded" / a / "archive"
         archive.mkdir(parents=True)
         if source.is_dir():
-            shutil.copytree(source, archive / "folder", copy_function=_link_or_copy)
+            # links stay links (the extractor skips them): never the file a link points to
+            shutil.copytree(source, archive / "folder", symlinks=True, copy_function=_link_or_copy)
         else:
             _link_or_copy(source, archive / source.name)
         cfg = course.config()
@@ -147,6 +166,7 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
         cfg.CourseDirectory.assignment_id = a
         cfg.CourseDirectory.release_directory = str(course.release_root)
         cfg.ZipCollectApp.collector_plugin = Coll
+        cfg.ZipCollectApp.extractor_plugin = SafeExtractor
         cfg.ZipCollectApp.force = True
         cfg.ExtractorPlugin.force = True
         cfg.FileNameCollectorPlugin.named_regexp = pattern
@@ -159,15 +179,21 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
         # student when an LMS kept several (nbgrader stops on duplicates without timestamps)
         app.init_plugins()
         app.extract_archive_files()
+        unread = app.extractor_plugin_inst.skipped          # the same for every exercise: the last run's
         extracted_any = inbox / "downloaded" / a / "extracted"
         Coll.losers = _duplicates(extracted_any, pattern, a)
         app.process_extracted_files()
         found = {}
         for d in sorted((inbox / "submitted").glob(f"*/{a}")):
             nb = d / f"{a}.ipynb"
-            if nb.exists():
+            others = sorted(p for p in d.iterdir() if p.is_file() and p.name not in (nb.name, "timestamp.txt"))
+            if others and nb.exists():      # a notebook and something else (a zip, a PDF): the notebook
+                note = Coll.notes.get((d.parent.name, a, "upload"), "uploaded another file")
+                Coll.notes[(d.parent.name, a, "upload")] = f"also {note}: not graded (only the notebook is)"
+            if nb.exists() or others:       # not a notebook alone: graded as ungradable, with what it is
                 ts = d / "timestamp.txt"
-                found[d.parent.name] = (nb, ts.read_text().strip() if ts.exists() else None)
+                found[d.parent.name] = (nb if nb.exists() else others[0],
+                                        ts.read_text().strip() if ts.exists() else None)
         if found:
             subs[a] = found
     unmatched = []
@@ -181,7 +207,7 @@ def collect(source: Path, inbox: Path, course: Course, names: list[str], pattern
     for key, text in Coll.notes.items():
         k = key[:2]
         notes[k] = (notes[k] + "; " if k in notes else "") + (text if len(key) == 3 else f"file named {text!r}")
-    return Collected(subs, notes, unmatched)
+    return Collected(subs, notes, unmatched, list(unread))
 
 
 # -- the cohort run ---------------------------------------------------------------------------
@@ -220,6 +246,7 @@ class CohortResult:
     # (time.time()), and per notebook graded now: its worker, when the worker took it and gave it back
     steps: dict = field(default_factory=dict)
     timeline: list = field(default_factory=list)
+    unread: list = field(default_factory=list)      # (file or member, reason): not read from the download
 
 
 def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, workers: int | None = None,
@@ -258,7 +285,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
         got.subs = select(got.subs, *shard)
     n_files = sum(len(v) for v in got.subs.values())
     say(f"    {n_files} submission(s) from {len({s for v in got.subs.values() for s in v})} student(s)"
-        + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else ""))
+        + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else "")
+        + (f"; {len(got.unread)} file(s) not read (flags.csv says why)" if got.unread else ""))
 
     state = load_state(root)
     tasks, skipped = [], 0
@@ -280,8 +308,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     steps["graded"] = time.time()
     for r in results:
         note = got.renamed.get((r.student, r.assignment))
-        if note:
-            r.reasons.insert(0, f"{note}: graded as {r.assignment}.ipynb")
+        if note:      # an upload that is not a notebook is not "graded as" one (uploads.py)
+            r.reasons.insert(0, note if "uploaded " in note else f"{note}: graded as {r.assignment}.ipynb")
             if r.status == OK:
                 r.status = REPAIRED
         r.seconds, r.phases = round(r.seconds, 2), {k: round(v, 2) for k, v in r.phases.items()}
@@ -296,12 +324,12 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     say("3/4 export: nbgrader's CSV export plugin -> grades.csv; flags.csv")
     course.export_csv(root / "grades.csv")
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
-    write_flags(records, root / "flags.csv", got.unmatched)
+    write_flags(records, root / "flags.csv", got.unmatched, got.unread)
     say("4/4 summary")
     res = CohortResult(root, records, [(r.assignment, r.student) for r in results], skipped,
                        got.unmatched, mode, time.perf_counter() - t0, steps=steps,
                        timeline=[{"assignment": r.assignment, "student": r.student, "worker": r.worker,
-                                  "began": r.began, "ended": r.ended} for r in results])
+                                  "began": r.began, "ended": r.ended} for r in results], unread=got.unread)
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)
     (root / "summary" / "summary.txt").write_text(res.summary)
@@ -416,6 +444,8 @@ def summarize(res: CohortResult) -> str:
         lines.append(f"  ... and {len(flagged) - 40} more")
     for f in res.unmatched[:20]:
         lines.append(f"  {'?':<14} ??  unmatched  file {f!r} names no exercise")
+    for f, why in res.unread[:20]:
+        lines.append(f"  {'?':<14} ??  not read   {f!r}: {why}"[:200])
     lines += ["", "what the cohort got wrong (most failed checks -> the misconception they most often mean):"]
     for a in sorted({r.assignment for r in recs}):
         ms = misconceptions(recs, a)
