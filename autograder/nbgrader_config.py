@@ -64,5 +64,21 @@ def _curve_available() -> bool:
 if _curve_available():
     c.KernelManager.transport_encryption = "auto"  # only kernels whose kernelspec declares support
 
+# A student's outputs run nowhere: every HTML page nbgrader makes of a submission (formgrader's
+# manual grading, GenerateFeedback's feedback) is nbconvert's HTMLExporter with this config.
+# SanitizeHTML (an nbconvert preprocessor, run first): markdown and raw cells and HTML/markdown
+# outputs through bleach with the tags below, JavaScript, widget and SVG outputs dropped
+# (formgrader's own template renders markdown cells unsanitized: this covers them); sanitize_html:
+# the template's own clean_html over every HTML output again (it keeps table/tr/td, shows th/thead
+# as text). PNG plots and text stay; links keep http(s)/mailto only; no attribute that could load
+# or run anything (img src, style, on*) is kept: nothing in a student's output reaches the server.
+# (awb_grader/activehtml.py flags such a submission for review; tests/test_inert_outputs.py.)
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
+c.SanitizeHTML.tags = ["a", "abbr", "b", "blockquote", "br", "code", "div", "em", "h1", "h2", "h3", "h4", "h5",
+                       "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody",
+                       "td", "th", "thead", "tr", "ul"]
+c.SanitizeHTML.attributes = {"a": ["href", "title"], "abbr": ["title"], "*": ["class"]}
+
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.enforce_metadata = True

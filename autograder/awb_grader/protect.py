@@ -57,6 +57,7 @@ PREPROCESSORS = [
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "awb_grader.outputlimit.LimitOutputBytes",
+    "awb_grader.activehtml.FlagActiveHTML",
     "awb_grader.protect.OutsideVerdict",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
