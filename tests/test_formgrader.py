@@ -69,7 +69,8 @@ def xss_notebook():
     nb.cells.append(nbformat.v4.new_code_cell(
         "import io\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
         "from IPython.display import HTML, Image, Javascript, display\n"
-        "plt.figure(); plt.plot([0, 1, 4]); _png = io.BytesIO(); plt.savefig(_png, format='png'); display(Image(_png.getvalue()))\n"
+        "plt.figure(); plt.plot([0, 1, 4]); _png = io.BytesIO(); plt.savefig(_png, format='png')\n"
+        "display(Image(_png.getvalue()))\n"
         f"display(HTML({PAYLOAD!r}))\ndisplay(Javascript(\"document.body.dataset.xss='3'\"))"))
     # a markdown cell of the student's (formgrader's template renders markdown cells unsanitized)
     nb.cells.append(nbformat.v4.new_markdown_cell("My notes <img src=y onerror=\"document.body.dataset.xss='4'\">"))
