@@ -49,8 +49,8 @@ def _zeros_member(z: zipfile.ZipFile, name: str, mb: int) -> None:
             f.write(b"\0" * MB)
 
 
-def _collect(tmp_path, source):
-    course = Course(tmp_path / "course", release_dir=EXERCISES)    # read-only use of the committed release
+def _collect(tmp_path, source, **extra):
+    course = Course(tmp_path / "course", release_dir=EXERCISES, extra=extra)    # read-only use of the release
     return cohort.collect(source, tmp_path / "course" / "inbox", course, [A])
 
 
@@ -60,12 +60,13 @@ def _size(folder: Path) -> int:
 
 def test_uploads_belong_to_the_student_the_download_names(tmp_path, honest):
     """The issue's downloads in one: alice's notebook stays alice's; mallet's zip holding a notebook
-    named like alice's, eve's zip with a '../' member and zed's zip inflating to 1 GiB are theirs and
-    never unpacked; a '../' member of the download itself is skipped with its reason."""
+    named like alice's, eve's zip with a '../' member and zed's zip inflating to 256 MB (1 GiB in the
+    adversarial cohort) are theirs and never unpacked; a '../' member of the download itself is
+    skipped with its reason."""
     broken = nbformat.writes(student_notebook(RELEASE, A, {"softmax": "def softmax(x, dim=-1):\n    1/0\n"}))
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        _zeros_member(z, f"bomb_{A}.ipynb", 1024)
+        _zeros_member(z, f"bomb_{A}.ipynb", 256)
     lms = tmp_path / "lms.zip"
     with zipfile.ZipFile(lms, "w") as z:
         z.writestr(f"alice_{A}.ipynb", honest)
@@ -94,15 +95,15 @@ def test_unsafe_and_unreadable_members_are_skipped_with_their_reason(tmp_path, h
         z.writestr(f"ada/{A}.ipynb", honest)                             # a folder per student: collected
         z.writestr(link, "/work/main/solutions")
         z.writestr(f"/abs_{A}.ipynb", honest)
-        _zeros_member(z, f"big_{A}.ipynb", uploads.SafeExtractor.max_member_mb.default_value + 20)
+        _zeros_member(z, f"big_{A}.ipynb", 3)                           # past the limit set below
         with pytest.warns(UserWarning, match="Duplicate name"):
             z.writestr(f"ada/{A}.ipynb", "a second member of the same name")
-    got = _collect(tmp_path, lms)
+    got = _collect(tmp_path, lms, **{"SafeExtractor.max_member_mb": 2})      # the course's config sets it
     assert set(got.subs[A]) == {"ada"} and got.subs[A]["ada"][0].read_text() == honest
     why = {n.split(": ", 1)[1]: r for n, r in got.unread}
     assert "a link" in why[f"lnk_{A}.ipynb"]
     assert "outside the download" in why[f"/abs_{A}.ipynb"]
-    assert "max_member_mb" in why[f"big_{A}.ipynb"]
+    assert "past 2 MB (SafeExtractor.max_member_mb)" in why[f"big_{A}.ipynb"]
     assert "same name" in why[f"ada/{A}.ipynb"]
     assert _size(tmp_path / "course") < 4 * lms.stat().st_size + MB
 

@@ -75,16 +75,7 @@ def as_notebook_name(path: str) -> str | None:
     """``path`` with its extension(s) replaced by ``.ipynb`` (``ada_04_x.tar.gz`` -> ``ada_04_x.ipynb``),
     so that the collector's pattern names the student of any upload; None for a notebook."""
     head, name = os.path.split(path)
-    if name.endswith(".ipynb"):
-        return None
-    stem = name
-    for ext in (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz"):
-        if stem.lower().endswith(ext):
-            stem = stem[: -len(ext)]
-            break
-    else:
-        stem = os.path.splitext(stem)[0] or stem
-    return os.path.join(head, stem + ".ipynb")
+    return None if name.endswith(".ipynb") else os.path.join(head, _stem(name) + ".ipynb")
 
 
 class Skip(Exception):
@@ -217,6 +208,7 @@ class SafeExtractor(ExtractorPlugin):
 
 
 def _stem(name: str) -> str:
+    """``name`` without its extension (``.tar.gz`` and the like count as one)."""
     for ext in (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz"):
         if name.lower().endswith(ext):
             return name[: -len(ext)]
