@@ -171,3 +171,13 @@ def test_harness_upload_is_never_a_link(tmp_path, honest):
     (sub / "notes").mkdir()
     (sub / "notes" / "n.ipynb").write_text(honest)
     assert harness.find_upload(sub, A) == sub / "notes" / "n.ipynb"
+
+
+def test_harness_does_not_read_an_upload_past_the_limit(tmp_path):
+    big = tmp_path / "submission" / f"{A}.ipynb"
+    big.parent.mkdir()
+    with open(big, "wb") as fh:                         # sparse: no disk used
+        fh.truncate((uploads.SafeExtractor.max_member_mb.default_value + 1) * MB)
+    out = harness.grade_upload(big, A, tmp_path / "course", RELEASE)
+    assert out.status == "ungradable" and "larger than" in out.reasons[0] and out.score == 0
+    assert not (tmp_path / "awb-inbox").exists()       # never copied
