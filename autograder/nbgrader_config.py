@@ -37,21 +37,21 @@ c.OverwriteCells.add_missing_cells = True
 
 # Every autograde, whichever way it is started (nbgrader autograde, formgrader's button, the
 # cohort command), runs the student's notebook in the bubblewrap sandbox and takes points only from
-# verdicts reached outside the student's process: awb_grader/protect.py (kernel spec, kernel
+# verdicts reached outside the student's process: awb_grader/core/config.py (kernel spec, kernel
 # manager, autograde preprocessors). Without bubblewrap it refuses, unless told the grades may be
 # unprotected (AWB_UNPROTECTED=1 or --SandboxGuard.unprotected=True).
-from awb_grader.protect import configure as _protect  # noqa: E402
+from awb_grader.core.config import configure as _protect  # noqa: E402
 
 _protect(c)
 
 # `nbgrader zip_collect` opens the LMS download only, under limits; a student's uploaded archive is
-# never unpacked (awb_grader/uploads.py; the cohort command sets the same extractor).
-c.ZipCollectApp.extractor_plugin = "awb_grader.uploads.SafeExtractor"
+# never unpacked (awb_grader/cohort/uploads.py; the cohort command sets the same extractor).
+c.ZipCollectApp.extractor_plugin = "awb_grader.cohort.uploads.SafeExtractor"
 
 # Grading kernels talk to nbgrader over local TCP. ipykernel >= 7.4 supports CurveZMQ encryption
 # of that channel and warns on every start when it is off ("Kernel is running over TCP without
 # encryption"): let jupyter_client provision the keys where both sides support it. (The sandbox's
-# kernels use Unix sockets instead: KernelManager.transport = "ipc", see protect.py.)
+# kernels use Unix sockets instead: KernelManager.transport = "ipc", see core/config.py.)
 def _curve_available() -> bool:
     try:
         import zmq
@@ -72,7 +72,7 @@ if _curve_available():
 # the template's own clean_html over every HTML output again (it keeps table/tr/td, shows th/thead
 # as text). PNG plots and text stay; links keep http(s)/mailto only; no attribute that could load
 # or run anything (img src, style, on*) is kept: nothing in a student's output reaches the server.
-# (awb_grader/activehtml.py flags such a submission for review; tests/test_inert_outputs.py.)
+# (core/preprocessors/active_html.py flags such a submission for review; tests/test_formgrader.py.)
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
 c.SanitizeHTML.tags = ["a", "abbr", "b", "blockquote", "br", "code", "div", "em", "h1", "h2", "h3", "h4", "h5",

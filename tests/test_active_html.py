@@ -1,13 +1,13 @@
-"""The autograde step that flags active HTML in a submission's outputs (``awb_grader/activehtml.py``;
-issue 38). The browser end of it (formgrader and the feedback rendering nothing of it) is
-``tests/test_formgrader.py``."""
+"""The autograde step that flags active HTML in a submission's outputs
+(``awb_grader/core/preprocessors/active_html.py``; issue 38). The browser end of it (formgrader
+and the feedback rendering nothing of it) is ``tests/test_formgrader.py``."""
 
 import nbformat
 import pytest
 
-from awb_grader.activehtml import FlagActiveHTML, active_html, active_parts
-from awb_grader.course import EXERCISES, SOLUTIONS
-from awb_grader.protect import META
+from awb_grader.core.preprocessors.active_html import FlagActiveHTML, active_html, active_parts
+from awb_grader.core.course import EXERCISES, SOLUTIONS
+from awb_grader.core.metadata import META
 
 
 @pytest.mark.parametrize("html,found", [

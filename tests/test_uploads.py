@@ -1,4 +1,4 @@
-"""What a student uploaded, collected safely (``awb_grader/uploads.py``; issue 37).
+"""What a student uploaded, collected safely (``awb_grader/cohort/uploads.py``; issue 37).
 
 nbgrader's ``zip_collect`` with our ``SafeExtractor``: the LMS download is the one archive
 opened, each member under limits; an uploaded archive is never unpacked and belongs to the
@@ -17,10 +17,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import cohort, harness, uploads
-from awb_grader.course import EXERCISES, Course
-from awb_grader.submissions import UNGRADABLE, inspect_notebook
-from awb_grader.variants import student_notebook
+from awb_grader.cohort import collect as cohort
+from awb_grader.cohort import uploads
+from awb_grader.cohort.submissions import UNGRADABLE, inspect_notebook
+from awb_grader.core.course import EXERCISES, Course
+from awb_grader.devtools.variants import student_notebook
+from awb_grader.platforms import harness
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

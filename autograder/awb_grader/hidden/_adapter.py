@@ -19,6 +19,9 @@ and object is a *proxy* to a separate sandboxed process running the student's co
 ``make(kind, ...)``        a checker-side object (scripted model, stub) built where the
                            student's code runs
 ``forbid(targets, why)``   built-ins the student's code may not call (applied where it runs)
+``launch(kernel, grid,     a Triton kernel of the student's launched where their code runs,
+  *args, **meta)``         ``kernel[grid](*args, **meta)``: what it writes into its tensor
+                           arguments comes back into the checker's tensors (in place)
 =========================  =================================================================
 
 Locally every operation is the obvious one on the real object. Remotely each is one message
@@ -209,6 +212,27 @@ def make(kind: str, *args, **kwargs):
     if _CLIENT is not None:
         return _CLIENT.request("make", kind=kind, args=args, kwargs=kwargs)
     return maker(kind)(*args, **kwargs)
+
+
+def launch(kernel, grid, *args, name: str, **meta) -> None:
+    """``kernel[grid](*args, **meta)`` where the student's code runs (a Triton kernel: tensors in,
+    written in place; the writes come back onto ``args``' tensors)."""
+    from ._base import call
+
+    grid = [int(n) for n in grid]
+    if isinstance(kernel, RemoteFunction):
+        def remote(*a, **k):
+            kernel._client.request("launch", target=kernel.__name__, grid=grid, args=a, kwargs=k)
+        call(remote, *args, name=name, **meta)
+    else:
+        call(lambda *a, **k: launch_kernel(kernel, grid, a, k), *args, name=name, **meta)
+
+
+def launch_kernel(kernel, grid, args, kwargs) -> None:
+    """The student-process side of :func:`launch` (the visible checks' own launcher)."""
+    from attention_workbook.checks.ex10 import launch_kernel as run
+
+    run(kernel, grid, args, kwargs)
 
 
 @contextlib.contextmanager
