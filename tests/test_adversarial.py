@@ -6,10 +6,13 @@ infinite loop, memory hog, fork attempt, syntax error, corrupt JSON, empty noteb
 names (no exercise / a copy suffix), stripped nbgrader metadata, deleted test cells, edited
 locked cells, patched checking machinery, reading solutions/, writing the gradebook, writing
 into the repository, network access, 50 MB of output, a renamed and reformatted copy of another
-student's answers (under Canvas's file name).
+student's answers (under Canvas's file name); all in one LMS zip that also holds uploads that are
+archives (one holding a notebook named like another student's, one with a '../' member, one
+inflating to 1 GiB) and a '../' member of the download itself (``synth.adversarial_download``).
 """
 
 import csv
+from pathlib import Path
 
 import pytest
 import report_page
@@ -38,7 +41,8 @@ def _grade(inbox, course):
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("adversarial")
     files = synth.adversarial_cohort(tmp / "in", EXERCISES / A / f"{A}.ipynb", REPO, sandboxed=BWRAP)
-    res = _grade(tmp / "in", tmp / "course")
+    files.update(synth.adversarial_download(tmp / "in", tmp / "lms.zip", EXERCISES / A / f"{A}.ipynb"))
+    res = _grade(tmp / "lms.zip", tmp / "course")
     return files, res, {r.student: r for r in res.records}
 
 
@@ -62,18 +66,21 @@ def test_nothing_is_lost(batch):
     for name, f in files.items():
         if f["expect"] == "unmatched":
             assert any(u.endswith(name) for u in res.unmatched), name
+        elif f["expect"].startswith("unread:"):      # skipped, with its reason; nothing written outside
+            assert [n for n, why in res.unread if n.endswith(name) and f["expect"][7:] in why], res.unread
+            assert not list(Path("/tmp").glob(f"{Path(name).name}*")), name
         else:
             assert f["student"] in recs, f"{name} has no grade record"
     with open(res.root / "flags.csv") as fh:
         flagged = {r["student"] for r in csv.DictReader(fh)}
-    assert {f["student"] for f in files.values() if f["expect"] != "unmatched"} <= flagged
+    assert {f["student"] for f in files.values() if f["expect"] != "unmatched"} <= flagged    # "?": not read
     assert (res.root / "originals" / "hana" / A).exists()
 
 
 def test_honest_grades_are_unaffected(batch):
     _, res, recs = batch
     full = recs["ada"].max_score
-    for s in ("ada", "ben", "nina", "hana"):
+    for s in ("ada", "ben", "nina", "hana", "alice"):
         assert recs[s].score == full, (s, recs[s].reasons)
     lost, cells = _lost(res, "sdpa_no_scaling")
     assert recs["dev"].score == full - lost and set(recs["dev"].failed_cells) == cells
@@ -88,6 +95,9 @@ def test_honest_grades_are_unaffected(batch):
         ("farid", "ok", "SyntaxError"),
         ("jules", "ungradable", "invalid JSON"),
         ("emptyed", "ungradable", "empty notebook"),
+        ("mallet", "ungradable", "a zip archive, not a notebook: archives are never unpacked"),
+        ("eve", "ungradable", "a zip archive, not a notebook"),
+        ("zed", "ungradable", "a zip archive, not a notebook"),
         ("nina", "repaired", "graded as 04_queries_keys_values.ipynb"),
         ("hana", "repaired", "metadata was missing"),
         ("ivan", "repaired", "deleted"),
@@ -167,7 +177,7 @@ def test_report_page_shows_what_the_csvs_hold(batch):
 def test_rerun_is_idempotent(batch):
     _, res, _ = batch
     before = {p: (res.root / p).read_text() for p in ("grades.csv", "flags.csv")}
-    again = _grade(res.root.parent / "in", res.root)
+    again = _grade(res.root.parent / "lms.zip", res.root)
     assert again.graded_now == []
     assert {p: (res.root / p).read_text() for p in before} == before
 
@@ -181,3 +191,11 @@ def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, 
     assert got, "no hidden blocks found"
     # every test cell is replayed outside (functions, classes and objects through proxies) and passes
     assert {c: v for c, v in got.items() if v != "pass"} == {}
+
+
+def test_an_inflating_upload_costs_its_own_size(batch):
+    """zed's zip inflates to 1 GiB: never unpacked, the course folder holds a few copies of its bytes."""
+    _, res, _ = batch
+    upload = max(p.stat().st_size for p in res.root.rglob("*04_queries_keys_values.zip"))
+    big = [(p, p.stat().st_size) for p in res.root.rglob("*") if p.is_file() and p.stat().st_size > 2 * upload]
+    assert upload < 8 << 20 and big == [], big

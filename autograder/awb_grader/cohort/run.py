@@ -48,6 +48,7 @@ class CohortResult:
     # (time.time()), and per notebook graded now: its worker, when the worker took it and gave it back
     steps: dict = field(default_factory=dict)
     timeline: list = field(default_factory=list)
+    unread: list = field(default_factory=list)      # (file or member, reason): not read from the download
 
 
 def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, workers: int | None = None,
@@ -87,7 +88,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
         got.subs = select(got.subs, *shard)
     n_files = sum(len(v) for v in got.subs.values())
     say(f"    {n_files} submission(s) from {len({s for v in got.subs.values() for s in v})} student(s)"
-        + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else ""))
+        + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else "")
+        + (f"; {len(got.unread)} file(s) not read (flags.csv says why)" if got.unread else ""))
 
     state = load_state(root)
     tasks, skipped = _to_grade(got.subs, state, root, regrade)
@@ -103,12 +105,12 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     say("3/4 export: nbgrader's CSV export plugin -> grades.csv; flags.csv")
     course.export_csv(root / "grades.csv")
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
-    write_flags(records, root / "flags.csv", got.unmatched)
+    write_flags(records, root / "flags.csv", got.unmatched, got.unread)
     say("4/4 summary")
     res = CohortResult(root, records, [(r.assignment, r.student) for r in results], skipped,
                        got.unmatched, mode, time.perf_counter() - t0, steps=steps,
                        timeline=[{"assignment": r.assignment, "student": r.student, "worker": r.worker,
-                                  "began": r.began, "ended": r.ended} for r in results])
+                                  "began": r.began, "ended": r.ended} for r in results], unread=got.unread)
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)
     from . import report      # the page, the alike answers and the LMS imports (cohort/report.py)
@@ -144,8 +146,8 @@ def _keep(results: list, renamed: dict, state: dict, course: Course) -> None:
     a repair), and every record gets its exercise's maximum (an ungradable one has none recorded)."""
     for r in results:
         note = renamed.get((r.student, r.assignment))
-        if note:
-            r.reasons.insert(0, f"{note}: graded as {r.assignment}.ipynb")
+        if note:      # an upload that is not a notebook is not "graded as" one (uploads.py)
+            r.reasons.insert(0, note if "uploaded " in note else f"{note}: graded as {r.assignment}.ipynb")
             if r.status == OK:
                 r.status = REPAIRED
         r.seconds, r.phases = round(r.seconds, 2), {k: round(v, 2) for k, v in r.phases.items()}

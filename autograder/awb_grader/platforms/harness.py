@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import resource
 import shutil
@@ -147,9 +148,13 @@ def _num(x: float):
 
 def find_upload(folder: Path, assignment: str) -> Path | None:
     """The uploaded notebook: the file named like the release, else the only .ipynb, else the
-    newest .ipynb, else any file (which the cohort command then calls ungradable)."""
-    files = [p for p in Path(folder).rglob("*") if p.is_file() and "__MACOSX" not in p.parts
-             and ".ipynb_checkpoints" not in p.parts] if Path(folder).is_dir() else []
+    newest .ipynb, else any file (which the cohort command then calls ungradable: an archive is
+    never unpacked, ``uploads.py``). Links are never followed (a link to the solutions would
+    otherwise be graded as the student's notebook), nor anything but a regular file."""
+    files = []
+    for top, dirs, names in os.walk(folder):                   # does not follow links to folders
+        dirs[:] = [d for d in dirs if d not in ("__MACOSX", ".ipynb_checkpoints")]
+        files += [p for n in names if (p := Path(top) / n).is_file() and not p.is_symlink()]
     if not files:
         return None
     nbs = [p for p in files if p.suffix == ".ipynb"]
@@ -234,10 +239,18 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             out.status = "no-file"
             out.tests = [Test(g, 0.0, p, "no notebook submitted") for g, p in cells]
             return out
+        from ..cohort.uploads import SafeExtractor
+
+        limit = SafeExtractor.max_member_mb.default_value
+        if Path(upload).stat().st_size > limit << 20:        # not copied, not read
+            out.status = "ungradable"
+            out.reasons.append(f"the upload is larger than {limit} MB: not read")
+            out.tests = [Test(g, 0.0, p, "not graded: the file is too large to be a notebook") for g, p in cells]
+            return out
         inbox = Path(root).parent / "awb-inbox"
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
-        shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
+        shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb", follow_symlinks=False)
         from ..cohort.run import run_cohort
 
         res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,
