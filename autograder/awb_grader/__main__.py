@@ -71,13 +71,13 @@ def cmd_adversarial(a) -> int:
     from . import synth
     from .cohort import run_cohort
     from .course import EXERCISES
-    from .sandbox import bwrap_works
+    from .isolation.tiers import protected
 
     where = a.course.resolve()
     if where.exists():
         shutil.rmtree(where)
     files = synth.adversarial_cohort(where / "submissions", EXERCISES / synth.ADV_ASSIGNMENT /
-                                     f"{synth.ADV_ASSIGNMENT}.ipynb", REPO, sandboxed=bwrap_works())
+                                     f"{synth.ADV_ASSIGNMENT}.ipynb", REPO, sandboxed=protected())
     for name, f in sorted(files.items(), key=lambda kv: kv[1]["student"]):
         print(f"  {f['student']:<9} {f['kind']:<45} {name}")
     run_cohort(where / "submissions", where / "course", [synth.ADV_ASSIGNMENT], workers=a.workers, timeout=20)

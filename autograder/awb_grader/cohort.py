@@ -243,9 +243,10 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     mode = sb.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
     course = Course(root, release_dir=root / "release", timeout=timeout)
     names = resolve(exercises)
-    say(f"sandbox: {mode}" + (" (bubblewrap, a new sandboxed kernel per notebook: no network, read-only system, "
+    say(f"sandbox: {mode}" + ({"bwrap": " (bubblewrap", "landlock": " (Landlock + seccomp"}[mode]
+                              + ", a new sandboxed kernel per notebook: no network, read-only system, "
                               f"only its own folder writable; memory {memory_mb} MB, {timeout} s per cell)"
-                              if mode == "bwrap" else " (UNPROTECTED: resource limits only)"))
+                              if mode != "limits" else " (UNPROTECTED: resource limits only)"))
 
     say(f"1/4 collect: nbgrader zip_collect on {source} for {len(names)} exercise(s)")
     for a in names:
@@ -313,13 +314,13 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
 def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 60, say=print) -> CohortResult:
     """The cohort command over the empty folder ``empty``: builds the course (nbgrader
     generate_assignment) where needed and exports grades.csv, flags.csv and the summary from the
-    gradebook and state. It grades nothing, so it runs without bubblewrap where bubblewrap cannot
-    run (and only then does its summary say so)."""
-    from .sandbox import bwrap_works
+    gradebook and state. It grades nothing, so it runs without a sandbox where no isolation tier
+    can run (and only then does its summary say so)."""
+    from .isolation.tiers import protected
 
     Path(empty).mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
-                      say=say, unprotected=not bwrap_works())
+                      say=say, unprotected=not protected())
 
 
 def _in_gradebook(course: Course, assignment: str) -> bool:
@@ -393,7 +394,7 @@ def summarize(res: CohortResult) -> str:
     recs = res.records
     from .sandbox import WARNING
 
-    lines = [] if res.sandbox == "bwrap" else [WARNING, ""]
+    lines = [WARNING, ""] if res.sandbox == "limits" else []
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "
              f"graded now {len(res.graded_now)}, kept {res.skipped}; {res.seconds:.0f} s; sandbox {res.sandbox}", ""]
     lines.append("score distribution per exercise (points):")

@@ -45,11 +45,13 @@ KERNELS = AUTOGRADER / "kernels"
 META = "awb_grader"          # the autograded notebook's metadata key: status, reasons, withheld cells
 UNPROTECTED_ENV = "AWB_UNPROTECTED"
 
-REFUSAL = ("refusing to grade: bubblewrap (bwrap) cannot run here, so student code would run with the "
+REFUSAL = ("refusing to grade: no isolation tier can run here ({why}), so student code would run with the "
            "grader's permissions (it could read solutions/ and the gradebook, and change its own grade). "
-           "Install it (apt-get install bubblewrap), or grade anyway with grades that are NOT protected: "
+           "Install bubblewrap (apt-get install bubblewrap) where namespaces are allowed, or landlockpy and "
+           "pyseccomp on Linux 5.13+ (the Landlock tier), or grade anyway with grades that are NOT protected: "
            "`cohort --unprotected`, `nbgrader autograde ... --SandboxGuard.unprotected=True`, or AWB_UNPROTECTED=1.")
-UNPROTECTED_NOTE = "UNPROTECTED: graded without the sandbox (bubblewrap unavailable): this grade is not protected"
+UNPROTECTED_NOTE = ("UNPROTECTED: graded without the sandbox (no isolation tier could run): "
+                    "this grade is not protected")
 
 PREPROCESSORS = [
     "awb_grader.protect.SandboxGuard",
@@ -109,15 +111,17 @@ class SandboxKernelManager(AsyncKernelManager):
 
 
 def sandbox_mode(unprotected: bool = False) -> str:
-    """'bwrap' where bubblewrap works; else 'limits' (resource limits only) if the grader said
-    the grades need not be protected; else :class:`Refused`."""
-    from .sandbox import bwrap_works
+    """The isolation tier (``isolation/tiers.py``): 'bwrap' where bubblewrap works, else
+    'landlock' where Landlock + seccomp hold; else 'limits' (resource limits only) if the grader
+    said the grades need not be protected; else :class:`Refused`, with the real reasons."""
+    from .isolation.tiers import detect
 
-    if bwrap_works():
-        return "bwrap"
+    tier = detect()
+    if tier.name != "none":
+        return tier.name
     if unprotected or os.environ.get(UNPROTECTED_ENV) == "1":
         return "limits"
-    raise Refused(REFUSAL)
+    raise Refused(REFUSAL.format(why="; ".join(tier.why_not)))
 
 
 class Refused(RuntimeError):
@@ -146,7 +150,7 @@ class SandboxGuard(NbGraderPreprocessor):
 
             announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
             meta["sandbox"] = mode
-            if mode != "bwrap":
+            if mode == "limits":
                 self.log.warning(UNPROTECTED_NOTE)
                 meta["reasons"].append(UNPROTECTED_NOTE)
         nb.metadata[META] = meta

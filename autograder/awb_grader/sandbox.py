@@ -40,10 +40,10 @@ from pathlib import Path
 from .course import AUTOGRADER, REPO
 
 KERNEL_NAME = "awb-sandbox"
-WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
-           "(it can read files, e.g. solutions/ and the gradebook, and reach the network with the "
-           "grader's permissions). Only memory/CPU/time limits apply. Install it: "
-           "apt-get install bubblewrap")
+WARNING = ("WARNING: no isolation tier can run here (neither bubblewrap nor Landlock + seccomp): student "
+           "code runs WITHOUT a sandbox (it can read files, e.g. solutions/ and the gradebook, and reach the "
+           "network with the grader's permissions). Only memory/CPU/time limits apply. Install bubblewrap "
+           "where namespaces are allowed, or landlockpy and pyseccomp on Linux 5.13+")
 
 
 @dataclass
@@ -81,16 +81,17 @@ def bwrap_works() -> bool:
 
 # -- configuration of a grading run ------------------------------------------------------------
 def configure(unprotected: bool = False, limits: Limits | None = None, say=print) -> str:
-    """Decide the sandbox for this grading run (``protect.sandbox_mode``: bubblewrap, or, only
-    when the grader said so, resource limits alone; otherwise ``protect.Refused``) and put it
-    and the limits in this process's environment, which the grading workers, the kernels'
-    launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
-    preprocessors) come from the course's config file (``protect.configure``)."""
+    """Decide the sandbox for this grading run (``protect.sandbox_mode``: the isolation tier,
+    ``isolation/tiers.py``: bubblewrap, else Landlock + seccomp; or, only when the grader said
+    so, resource limits alone; otherwise ``protect.Refused``) and put it and the limits in this
+    process's environment, which the grading workers, the kernels' launcher and the replay
+    inherit. The nbgrader settings themselves (kernel spec, transport, preprocessors) come from
+    the course's config file (``protect.configure``)."""
     from .protect import UNPROTECTED_ENV, sandbox_mode
 
     limits = limits or Limits()
     mode = sandbox_mode(unprotected)
-    if mode != "bwrap":
+    if mode == "limits":
         say(WARNING)
         os.environ[UNPROTECTED_ENV] = "1"
     os.environ.update({
@@ -246,6 +247,11 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     if mode == "bwrap":
         # counts every process of the (sandbox) user: only meaningful with a uid of its own
         limits.insert(2, f"--nproc={lim['nproc']}")
+    if mode == "landlock":
+        from .isolation import landlock
+
+        private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+        return landlock.command(program, cwd, list(map(Path, rw)), env, kenv, lim, limits, _readonly(cwd), private)
     inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
              *program]
     if mode != "bwrap":
@@ -260,6 +266,31 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
                 "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
     return cmd + inner
+
+
+def _private_runtime() -> Path:
+    from .protect import private_runtime
+
+    return private_runtime()
+
+
+def prepare_run(cwd: str, rw: list[Path] = (), env: dict | None = None) -> None:
+    """Before a sandbox of the Landlock tier starts as root: nothing of an earlier one of this
+    uid is left running, and its folders (``cwd``, ``rw`` and its private temporary folder)
+    belong to its uid (bubblewrap's tier: ``cwd`` only; the rest is its own)."""
+    env = os.environ if env is None else env
+    if os.geteuid() != 0:
+        return
+    mode, uid = env.get("AWB_SANDBOX_MODE", "bwrap"), limits_of(env)["uid"]
+    if mode == "bwrap":
+        _chown_tree(Path(cwd), uid)
+    elif mode == "landlock":
+        from .isolation import landlock
+
+        private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+        (private / "sock" / "tmp").mkdir(parents=True, exist_ok=True)
+        landlock.reap(uid)
+        landlock.own([Path(cwd), *map(Path, rw), private / "sock" / "tmp"], uid)
 
 
 def _chown_tree(path: Path, uid: int) -> None:
@@ -301,9 +332,9 @@ def launch(argv: list[str]) -> None:
         conn = str(copy)
     else:
         print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
-    if os.environ.get("AWB_SANDBOX_MODE", "bwrap") == "bwrap" and os.geteuid() == 0:
+    if os.geteuid() == 0 and os.environ.get("AWB_SANDBOX_MODE", "bwrap") in ("bwrap", "landlock"):
         uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
-        _chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
+        prepare_run(cwd, [Path(conn).parent])        # the submission's own folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
     if private:

@@ -36,6 +36,7 @@ import io
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 from dataclasses import dataclass, field
@@ -159,10 +160,10 @@ class Replay:
         self.unsupported: str | None = None
         program = sandbox.REPLAY
         mode = os.environ.get("AWB_SANDBOX_MODE", "off")
-        if mode == "bwrap" and os.geteuid() == 0:
-            sandbox._chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
+        if mode in ("bwrap", "landlock"):
+            sandbox.prepare_run(str(cwd))      # its uid owns its folder; nothing of an earlier one runs
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
-        if mode in ("bwrap", "limits"):
+        if mode in ("bwrap", "landlock", "limits"):
             cmd = sandbox.sandbox_command(program, str(cwd), env=env)
         else:
             cmd = program
@@ -322,6 +323,10 @@ class Replay:
         return f": {lines[-1][:160]}" if lines else ""
 
     def close(self) -> None:
+        try:       # ``timeout`` leads its own process group: whatever the student's code started too
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
