@@ -30,6 +30,20 @@ def _restore_process_state():
     os.chdir(cwd)
 
 
+@pytest.fixture(scope="session")
+def docker():
+    """A real Docker daemon of this test session (``docker_daemon.py``); the test is skipped, with
+    the reason, where dockerd cannot start (not installed, not root, no cgroups ...)."""
+    from docker_daemon import Daemon, Unavailable
+
+    try:
+        daemon = Daemon()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    yield daemon
+    daemon.stop()
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` are skipped where PyTorch sees no CUDA device (``-m gpu`` selects them)."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]

@@ -145,6 +145,7 @@ def command(a: argparse.Namespace) -> int:
     """``python -m awb_grader gradescope NN``: build the zip."""
     z = build(a.exercise, a.out, a.visibility, a.seeds, a.timeout, a.memory_mb, a.unprotected)
     print(f"wrote {z}: upload it as the assignment's autograder (Gradescope: Configure Autograder > Zip file)")
+    print(harness.TIER_NOTE if not a.unprotected else harness.UNPROTECTED_BUILD)
     return 0
 
 

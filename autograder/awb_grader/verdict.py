@@ -552,7 +552,8 @@ def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 6
 
 _EVENTS = [
     ("network", ("Network is unreachable", "Temporary failure in name resolution", "Name or service not known",
-                 "No address associated", "gaierror"),
+                 "No address associated", "gaierror",
+                 "Address family not supported"),      # the Landlock tier's seccomp filter: no such socket
      "tried to reach the network (blocked by the sandbox)"),
     ("files", ("Permission denied", "Read-only file system", "unable to open database file",
                "No such file or directory: '/", "No such file or directory: '.."),
