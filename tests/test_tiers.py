@@ -149,7 +149,7 @@ LEFT = ("import psutil, os\n"
         "print('LEFT', [' '.join(p.cmdline())[:80] for p in psutil.process_iter() if p.pid not in (1, me)])\n")
 
 
-def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 30) -> dict:
+def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 60) -> dict:
     """The cohort command over the zip, in a container of ``tier``: {student: row of flags.csv},
     plus what was left running after it, the autograded notebooks and the container's output."""
     lms = tmp / "in" / "lms.zip"

@@ -3,7 +3,7 @@
 One subcommand, one handler: ``release``, ``demo``, ``grade`` (one exercise), ``cohort`` (every
 exercise; ``--shard I/N`` on a cluster node), ``merge`` (the shards), ``adversarial``,
 ``gradescope`` and ``prairielearn`` (a platform's build). Exit codes: 0 done, 1 ``release
---check`` found exercises/ out of sync, 2 nothing to grade or merge, 3 refused (no bubblewrap).
+--check`` found exercises/ out of sync, 2 nothing to grade or merge, 3 refused (no isolation tier).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def cmd_grade(a) -> int:
 
 
 def cmd_cohort(a) -> int:
-    """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
+    """Grade; 2 when the source held nothing to grade, 3 when refused (no isolation tier)."""
     from .cohort import DEFAULT_PATTERN, run_cohort
     from .protect import Refused
 
@@ -89,7 +89,7 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--course", type=Path, default=COHORT_ROOT, help="course root (default build/cohort)")
     p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
     p.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores, at most 8)")
-    p.add_argument("--unprotected", action="store_true", help="grade even where bubblewrap cannot run "
+    p.add_argument("--unprotected", action="store_true", help="grade even where no isolation tier can run "
                                                               "(resource limits only): the grades are NOT protected")
     p.add_argument("--no-feedback", action="store_true")
 

@@ -232,7 +232,7 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     memory limit (default ``sandbox.Limits.memory_mb``); ``regrade``: grade unchanged submissions again;
     ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
     the collected submissions (:func:`shards.select`). Refuses (``protect.Refused``) where
-    bubblewrap cannot run, unless ``unprotected``."""
+    no isolation tier can run, unless ``unprotected``."""
     from . import parallel, sandbox as sb
 
     t0 = time.perf_counter()

@@ -223,7 +223,7 @@ def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
 def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: Path, timeout: int = 60,
                  memory_mb: int | None = None, unprotected: bool = False) -> Outcome:
     """Grade one uploaded file with the cohort command and read back every graded cell.
-    Never raises: a failure of the grader itself (bubblewrap cannot run here and the build did
+    Never raises: a failure of the grader itself (no isolation tier can run here and the build did
     not say ``--unprotected``, say) is an Outcome with status ``error``."""
     t0 = time.perf_counter()
     cells = release_cells(release_nb)

@@ -12,7 +12,8 @@ question's ``tests/``), ``/grade/student`` (the submitted files) and reads
   the entrypoint;
 * ``questions/awb/NN_topic/``: ``info.json`` (``externalGradingOptions``), ``question.html``
   (a ``pl-file-upload`` for ``NN_topic.ipynb``) and ``tests/harness.json`` (this build's settings);
-* ``graders/awb/Dockerfile``: the grading image (bubblewrap, PyTorch's CPU build, nbgrader).
+* ``graders/awb/Dockerfile``: the grading image (bubblewrap, PyTorch's CPU build, nbgrader,
+  landlockpy and pyseccomp for the Landlock tier that PrairieLearn's containers get).
 
 The grade is the cohort command's, read back per graded cell (``harness.grade_upload``). A file
 that is not a readable notebook scores 0 with a clear message, as the rules give;

@@ -5,13 +5,14 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
 :func:`configure`. That selects, through nbgrader's and jupyter_client's configuration only:
 
 * the **kernel**: the ``awb-sandbox`` kernel spec (``autograder/kernels/``), whose command
-  (``python -m awb_grader.sandbox``) starts ``ipykernel`` inside bubblewrap with resource
-  limits (``sandbox.py``), talking to nbgrader over Unix sockets in a short private folder;
+  (``python -m awb_grader.sandbox``) starts ``ipykernel`` in the sandbox of the isolation tier
+  that runs here (bubblewrap, or Landlock + seccomp: ``isolation/``) with resource limits
+  (``sandbox.py``), talking to nbgrader over Unix sockets in a short private folder;
   :class:`SandboxKernelManager` is jupyter_client's ``AsyncKernelManager`` that finds that
   kernel spec;
 * the **autograde preprocessors**: nbgrader's own list, with
 
-  - :class:`SandboxGuard` first: it refuses to grade when bubblewrap cannot run here, unless
+  - :class:`SandboxGuard` first: it names the tier on the grade and refuses to grade where no tier can run, unless
     the instructor said the grades need not be protected (``--SandboxGuard.unprotected=True``,
     ``cohort --unprotected`` or ``AWB_UNPROTECTED=1``); the test suite's own notebooks
     (trusted code, no sandbox) say ``SandboxGuard.trusted_code=True``;
@@ -131,7 +132,7 @@ class Refused(RuntimeError):
 class SandboxGuard(NbGraderPreprocessor):
     """First autograde step: the submission runs in the sandbox, or not at all (see REFUSAL)."""
 
-    unprotected = Bool(False, help="grade even where bubblewrap cannot run: resource limits only, and the "
+    unprotected = Bool(False, help="grade even where no isolation tier can run: resource limits only, and the "
                                    "grades are NOT protected (said on every graded notebook)").tag(config=True)
     trusted_code = Bool(False, help="the notebooks are the course's own (the test suite's catalog), not "
                                     "student code: run them in the configured kernel, unsandboxed").tag(config=True)

@@ -291,6 +291,7 @@ def prepare_run(cwd: str, rw: list[Path] = (), env: dict | None = None) -> None:
         (private / "sock" / "tmp").mkdir(parents=True, exist_ok=True)
         landlock.reap(uid)
         landlock.own([Path(cwd), *map(Path, rw), private / "sock" / "tmp"], uid)
+        landlock.unreadable(Path(cwd), private / "sock")
 
 
 def _chown_tree(path: Path, uid: int) -> None:

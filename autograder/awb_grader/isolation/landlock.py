@@ -179,6 +179,20 @@ def own(paths: list[Path], uid: int) -> None:
                 parent.chmod((mode & 0o7777) | 0o001)
 
 
+def unreadable(cwd: Path, sock: Path) -> None:
+    """As root, besides Landlock: what a sandbox's uid must not read is closed to other uids too:
+    its socket folder (the kernel's connection file holds the key that signs its messages: another
+    worker's sandbox, another uid, cannot read it) and every gradebook of the folders above ``cwd``
+    (the worker's shard and the course root)."""
+    sock.chmod(0o700)
+    for f in sock.glob("*.json"):
+        f.chmod(0o600)
+    for folder in Path(cwd).resolve().parents:
+        book = folder / "gradebook.db"
+        if book.exists() and book.stat().st_uid == 0:
+            book.chmod(0o600)
+
+
 def reap(uid: int) -> None:
     """As root: end every process of the sandbox's uid (what an earlier sandbox of this worker
     left, if anything did): a child takes that uid and sends SIGKILL to all it may signal."""
