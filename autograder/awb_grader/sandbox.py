@@ -290,7 +290,7 @@ def prepare_run(cwd: str, rw: list[Path] = (), env: dict | None = None) -> None:
         private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
         (private / "sock" / "tmp").mkdir(parents=True, exist_ok=True)
         landlock.reap(uid)
-        landlock.own([Path(cwd), *map(Path, rw), private / "sock" / "tmp"], uid)
+        landlock.own([Path(cwd), *map(Path, rw), private / "sock"], uid)     # sock/tmp: its private /tmp
         landlock.unreadable(Path(cwd), private / "sock")
 
 
