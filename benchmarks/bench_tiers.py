@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from awb_grader import sandbox
+from awb_grader.isolation import sandbox
 from awb_grader.isolation import landlock, tiers
 
 PROGRAM = [sys.executable, "-c", "import ipykernel.kernelapp, torch; torch.ones(2).sum()"]

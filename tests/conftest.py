@@ -7,7 +7,7 @@ for p in (REPO / "autograder", REPO):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from awb_grader.course import ensure_kernel_path  # noqa: E402
+from awb_grader.core.course import ensure_kernel_path  # noqa: E402
 
 ensure_kernel_path()  # grading kernels started by the tests find awb_grader and our package
 os.environ.setdefault("MPLBACKEND", "Agg")

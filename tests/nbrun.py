@@ -21,7 +21,7 @@ from functools import lru_cache
 import nbformat
 
 from attention_workbook.checks import CheckFailed
-from awb_grader.course import SOLUTIONS
+from awb_grader.core.course import SOLUTIONS
 
 _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)

@@ -12,10 +12,13 @@ import csv
 
 import pytest
 
-from awb_grader import catalog, cohort, synth, verdict
+from awb_grader import catalog
+from awb_grader.devtools import synth
+from awb_grader.devtools.variants import check_solution
+from awb_grader.cohort import run as cohort
 from awb_grader.isolation import tiers
-from awb_grader.course import EXERCISES, REPO
-from awb_grader.course import assignments as course_assignments
+from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.core.course import assignments as course_assignments
 
 A = synth.ADV_ASSIGNMENT
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
@@ -157,7 +160,7 @@ def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, 
     """The re-check outside the kernel must never take points from correct work: every
     exercise's reference solution passes every hidden test replayed outside the kernel."""
     monkeypatch.setenv("AWB_SANDBOX_MODE", TIER)
-    got = verdict.check_solution(assignment, tmp_path / "work", timeout=60)
+    got = check_solution(assignment, tmp_path / "work", timeout=60)
     assert got, "no hidden blocks found"
     # every test cell is replayed outside (functions, classes and objects through proxies) and passes
     assert {c: v for c, v in got.items() if v != "pass"} == {}

@@ -21,7 +21,7 @@ import pytest
 import nbrun
 from attention_workbook.checks import graded
 from awb_grader import catalog
-from awb_grader.course import EXERCISES, assignments
+from awb_grader.core.course import EXERCISES, assignments
 
 ASSIGNMENTS = assignments()
 CELLS = [(a, t[0]) for a in ASSIGNMENTS for t in graded.TESTS[a]]

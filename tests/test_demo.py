@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from awb_grader import demo
-from awb_grader.course import AUTOGRADER
+from awb_grader.devtools import demo
+from awb_grader.core.course import AUTOGRADER
 from awb_grader import catalog
-from awb_grader.pipeline import Record, grade_submissions, table
+from awb_grader.cohort.pipeline import grade_submissions, table
+from awb_grader.core.records import Record
 
 pytestmark = pytest.mark.xdist_group("demo")
 
@@ -70,7 +71,7 @@ def test_feedback_reveals_no_hidden_test_code(demo_run):
 @pytest.mark.slow
 def test_regrading_is_idempotent(demo_run):
     root, rows = demo_run
-    from awb_grader.course import Course
+    from awb_grader.core.course import Course
 
     course = Course(root, release_dir=root / "release", timeout=demo.DEMO_TIMEOUT)
     subs = {s: root / "downloaded" / f"{s}.ipynb" for s in ("ada", "hana", "jules")}

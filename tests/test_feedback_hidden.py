@@ -7,8 +7,9 @@ import re
 import pytest
 
 from awb_grader.catalog import edit
-from awb_grader.course import AUTOGRADER
-from awb_grader.variants import error_text, grade_variants
+from awb_grader.core.course import AUTOGRADER
+from awb_grader.core.outputs import error_text
+from awb_grader.devtools.variants import grade_variants
 
 A = "04_queries_keys_values"
 

@@ -26,10 +26,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import catalog, gradescope, harness
+from awb_grader import catalog
+from awb_grader.platforms import gradescope, harness
 from awb_grader.catalog.shortcuts import shortcuts
-from awb_grader.course import EXERCISES
-from awb_grader.variants import solution_cells, student_notebook
+from awb_grader.core.course import EXERCISES
+from awb_grader.devtools.variants import solution_cells, student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

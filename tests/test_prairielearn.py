@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 
-from awb_grader import harness, prairielearn
+from awb_grader.platforms import harness, prairielearn
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
 
 PL_TIMEOUT_S = 600

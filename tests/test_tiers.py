@@ -33,8 +33,8 @@ import pytest
 
 from awb_grader import catalog
 from awb_grader.catalog.shortcuts import shortcuts
-from awb_grader.course import EXERCISES, REPO
-from awb_grader.variants import solution_cells, student_notebook
+from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.devtools.variants import solution_cells, student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
@@ -53,10 +53,10 @@ STUB = "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
 FORGED = {"score": 30, "output": "forged", "tests": []}
 FORGER = STUB + f'''
 import json, os
-import awb_grader.hidden.ex04 as _h
 for _path, _text in [("/autograder/results/results.json", {json.dumps(FORGED)!r}),
                      ("/grade/results/results.json", {json.dumps(FORGED)!r}),
-                     (_h.__file__, "def test_softmax_values(*a, **k):\\n    pass\\n")]:
+                     ("{REPO / "autograder" / "awb_grader" / "hidden" / "ex04.py"}",
+                      "def test_softmax_values(*a, **k):\\n    pass\\n")]:
     try:
         os.makedirs(os.path.dirname(_path), exist_ok=True)
         open(_path, "w").write(_text)

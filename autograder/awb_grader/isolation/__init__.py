@@ -1,4 +1,5 @@
-"""How student code is confined: the isolation tiers (``tiers.py``).
+"""Isolation of student code: the grading kernel's launcher and its limits (``sandbox.py``), what
+each exercise provides inside it (``provided.py``), and the isolation tiers (``tiers.py``):
 
 * ``bwrap``: bubblewrap's namespaces, where the machine lets it make them (``sandbox.py``);
 * ``landlock``: where it does not (an unprivileged container: Gradescope, PrairieLearn, a

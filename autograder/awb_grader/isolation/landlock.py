@@ -41,15 +41,13 @@ def abi() -> int:
     return landlockpy.abi_version()
 
 
-def system_paths() -> list[str]:
-    """What every sandbox reads: the system folders and the pieces of /etc bubblewrap binds."""
-    from ..sandbox import _ETC
-
+def system_paths(etc: list[str]) -> list[str]:
+    """What every sandbox reads: the system folders and the pieces of /etc bubblewrap binds (``etc``)."""
     out = ["/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.isdir(top) and not os.path.islink(top):
             out.append(top)
-    out += [f"/etc/{name}" for name in _ETC if os.path.exists(f"/etc/{name}")]
+    out += [f"/etc/{name}" for name in etc if os.path.exists(f"/etc/{name}")]
     return out
 
 
@@ -124,7 +122,7 @@ def tasks_of(uid: int) -> int:
 
 
 def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict, lim: dict, limits: list[str],
-            readonly: list[Path], private: Path) -> list[str]:
+            readonly: list[Path], private: Path, system: list[str]) -> list[str]:
     """The Landlock tier's command line for ``program``: ``timeout``; as root ``setpriv`` to the
     sandbox's uid with no capabilities; ``prlimit`` (the process limit counts every process of
     the uid: as root that uid is the sandbox's own; otherwise it is the grader's too, so the
@@ -133,7 +131,7 @@ def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict,
     import json
     import sys
 
-    from ..course import AUTOGRADER, REPO
+    from ..core.course import AUTOGRADER, REPO
 
     tmp = private / "sock" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -148,7 +146,7 @@ def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict,
                 entry = str(seen / Path(entry).resolve().relative_to(REPO.resolve()))
             paths.append(entry)
         kenv["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    rules = spec(read=[*system_paths(), *others, *([str(seen)] if seen else []),
+    rules = spec(read=[*system, *others, *([str(seen)] if seen else []),
                        *(str(Path(p).resolve()) for p in course if Path(p).is_dir())],
                  read_files=[str(Path(p).resolve()) for p in course if not Path(p).is_dir()],
                  write=[str(Path(cwd).resolve()), *(str(Path(p).resolve()) for p in rw), str(tmp.resolve())])
@@ -165,18 +163,13 @@ def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict,
     return cmd
 
 
-def own(paths: list[Path], uid: int) -> None:
-    """As root: ``paths`` (folders, whole) belong to the sandbox's uid, and every folder above them
-    may be passed through by it (o+x, never o+r: it still cannot list them)."""
-    from ..sandbox import _chown_tree
-
-    for p in paths:
-        p = Path(p)
-        _chown_tree(p, uid)
-        for parent in p.resolve().parents:
-            mode = parent.stat().st_mode
-            if not mode & 0o001:
-                parent.chmod((mode & 0o7777) | 0o001)
+def passable(path: Path) -> None:
+    """As root: every folder above ``path`` may be passed through by the sandbox's uid (o+x, never
+    o+r: it still cannot list them)."""
+    for parent in Path(path).resolve().parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod((mode & 0o7777) | 0o001)
 
 
 def unreadable(cwd: Path, sock: Path) -> None:

@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .sandbox import REFUSAL, UNPROTECTED_ENV, WARNING, Limits, Refused
+
 FORCE_ENV = "AWB_ISOLATION"
 _BWRAP_WHY: str | None = None
 _LANDLOCK: tuple[str | None, str] | None = None
@@ -44,7 +46,7 @@ def bwrap_error() -> str | None:
     """None where bubblewrap works; else why not (its own words)."""
     import shutil
 
-    from ..sandbox import _system_binds
+    from .sandbox import _system_binds
 
     exe = shutil.which("bwrap")
     if not exe:
@@ -99,7 +101,7 @@ def probe_landlock() -> tuple[str | None, str]:
     if os.geteuid() != 0 and abi < 6:
         return (f"Landlock ABI {abi} (< 6) cannot keep a sandbox that shares the grader's uid from "
                 "signalling it: grade as root (the sandbox then gets a uid of its own) or on Linux 6.12+"), ""
-    from .. import sandbox
+    from . import sandbox
 
     with tempfile.TemporaryDirectory(prefix="awb-probe-") as tmp:
         base = Path(tmp)
@@ -113,7 +115,8 @@ def probe_landlock() -> tuple[str | None, str]:
         env = dict(os.environ, AWB_SANDBOX_MODE="landlock", AWB_PRIVATE_RUNTIME=str(private),
                    AWB_SANDBOX_UID=str(uid))
         if os.geteuid() == 0:
-            landlock.own([work, private / "sock"], uid)
+            for folder in (work, private / "sock"):
+                sandbox.chown_tree(folder, uid)
             base.chmod(0o711)
         cmd = sandbox.sandbox_command([sys.executable, "-c", PROBE, str(outside)], str(work), env=env)
         try:
@@ -135,7 +138,7 @@ def probe_landlock() -> tuple[str | None, str]:
 def detect() -> Tier:
     """The best tier this machine can run (each probe runs once per process)."""
     global _BWRAP_WHY, _LANDLOCK
-    from ..sandbox import bwrap_works
+    from .sandbox import bwrap_works
 
     force = os.environ.get(FORCE_ENV, "")
     why: list[str] = []
@@ -158,6 +161,41 @@ def detect() -> Tier:
 def protected() -> bool:
     """Can a tier grade here (whatever it is)?"""
     return detect().name != "none"
+
+
+def sandbox_mode(unprotected: bool = False) -> str:
+    """The isolation tier : 'bwrap' where bubblewrap works, else 'landlock' where
+    Landlock + seccomp hold; else 'limits' (resource limits only) if the grader said the grades
+    need not be protected; else :class:`Refused`, with the real reasons."""
+    tier = detect()
+    if tier.name != "none":
+        return tier.name
+    if unprotected or os.environ.get(UNPROTECTED_ENV) == "1":
+        return "limits"
+    raise Refused(REFUSAL.format(why="; ".join(tier.why_not)))
+
+
+
+def configure(unprotected: bool = False, limits: Limits | None = None, say=print) -> str:
+    """Decide the sandbox for this grading run (:func:`sandbox_mode`: the isolation tier,
+    ``isolation/tiers.py``: bubblewrap, else Landlock + seccomp; or, only when the grader said
+    so, resource limits alone; otherwise :class:`Refused`) and put it and the limits in this
+    process's environment, which the grading workers, the kernels' launcher and the replay
+    inherit. The nbgrader settings themselves (kernel spec, transport, preprocessors) come from
+    the course's config file (``core.config.configure``)."""
+    limits = limits or Limits()
+    mode = sandbox_mode(unprotected)
+    if mode == "limits":
+        say(WARNING)
+        os.environ[UNPROTECTED_ENV] = "1"
+    os.environ.update({
+        "AWB_SANDBOX_MODE": mode,
+        "AWB_SANDBOX_MEM_MB": str(limits.memory_mb),
+        "AWB_SANDBOX_NOTEBOOK_S": str(limits.notebook_s),
+        "AWB_SANDBOX_NPROC": str(limits.nproc),
+        "AWB_SANDBOX_FSIZE_MB": str(limits.fsize_mb),
+    })
+    return mode
 
 
 def main() -> int:
