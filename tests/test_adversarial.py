@@ -21,13 +21,14 @@ from awb_grader import catalog
 from awb_grader.devtools import synth
 from awb_grader.devtools.variants import check_solution
 from awb_grader.cohort import run as cohort
-from awb_grader.isolation import sandbox
+from awb_grader.isolation import tiers
 from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.core.course import assignments as course_assignments
 
 A = synth.ADV_ASSIGNMENT
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
-BWRAP = sandbox.bwrap_works()
+BWRAP = tiers.protected()     # a sandbox of some tier (bubblewrap, or Landlock + seccomp) grades here
+TIER = tiers.detect().name if BWRAP else "limits"
 
 
 def _grade(inbox, course):
@@ -104,12 +105,12 @@ def test_honest_grades_are_unaffected(batch):
         ("edwin", "flagged", "edited test cell"),
         ("patch", "flagged", "re-checked outside"),
         ("shout", "flagged", "output truncated"),
-        pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
+        pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs a sandbox")),
         pytest.param(
-            "writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+            "writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs a sandbox")
         ),
         pytest.param(
-            "writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+            "writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs a sandbox")
         ),
     ],
 )
@@ -119,7 +120,7 @@ def test_each_kind_is_flagged_with_a_clear_reason(batch, student, status, reason
     assert r.status == status and reason in " ".join(r.reasons), (r.status, r.reasons)
 
 
-@pytest.mark.skipif(not BWRAP, reason="bubblewrap missing: reading solutions/ and fork limits are not enforced")
+@pytest.mark.skipif(not BWRAP, reason="no isolation tier: reading solutions/ and fork limits are not enforced")
 def test_sandbox_blocks_reading_solutions_and_fork_bombs(batch):
     _, res, recs = batch
     assert "outside its folder" in " ".join(recs["reader"].reasons)
@@ -186,7 +187,7 @@ def test_rerun_is_idempotent(batch):
 def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, monkeypatch):
     """The re-check outside the kernel must never take points from correct work: every
     exercise's reference solution passes every hidden test replayed outside the kernel."""
-    monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap" if BWRAP else "limits")
+    monkeypatch.setenv("AWB_SANDBOX_MODE", TIER)
     got = check_solution(assignment, tmp_path / "work", timeout=60)
     assert got, "no hidden blocks found"
     # every test cell is replayed outside (functions, classes and objects through proxies) and passes

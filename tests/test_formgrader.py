@@ -44,14 +44,14 @@ from test_doors import A, _run, door_cases
 
 from awb_grader.core.metadata import verdict_of
 from awb_grader.isolation.sandbox import UNPROTECTED_ENV
-from awb_grader.isolation import sandbox
+from awb_grader.isolation import tiers
 from awb_grader.core.gradebook import UNGRADABLE_TITLE
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.sandbox, pytest.mark.xdist_group("browser"),
-              pytest.mark.skipif(not sandbox.bwrap_works(),
-                                 reason="bubblewrap cannot run here: formgrader's autograde refuses (test_doors.py)")]
+              pytest.mark.skipif(not tiers.protected(),
+                                 reason="no isolation tier here: formgrader's autograde refuses (test_doors.py)")]
 
 UI = ("honest", "tampering")           # autograded again from formgrader's button
 CORRUPT = "jules"                      # not a notebook: the cohort records it flagged at 0
@@ -216,7 +216,7 @@ def test_formgrader_autogrades_as_the_cohort_command_does(browser, lab, graded):
     # reasons are the cohort command's, word for word
     for s in UI:
         verdict = verdict_of(root / "autograded" / s / A / f"{A}.ipynb")
-        assert verdict["sandbox"] == "bwrap", verdict
+        assert verdict["sandbox"] == tiers.detect().name, verdict
         assert " | ".join(verdict["reasons"]) == flags[s]["reasons"], (s, verdict["reasons"], flags[s]["reasons"])
     print(f"formgrader in the browser: {time.monotonic() - t0:.1f} s (formgrader open {t_ready - t0:.1f} s, "
           f"two autogrades {t_graded - t_ready:.1f} s); screenshots in {shots}")

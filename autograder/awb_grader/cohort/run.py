@@ -61,8 +61,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     memory limit (default ``sandbox.Limits.memory_mb``); ``regrade``: grade unchanged submissions again;
     ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
     the collected submissions (:func:`shards.select`). Refuses (``isolation.sandbox.Refused``) where
-    bubblewrap cannot run, unless ``unprotected``."""
-    from ..isolation import sandbox as sb
+    no isolation tier can run, unless ``unprotected``."""
+    from ..isolation import sandbox as sb, tiers
     from . import parallel
 
     t0 = time.perf_counter()
@@ -70,12 +70,13 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     memory_mb = memory_mb or sb.Limits.memory_mb
-    mode = sb.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
+    mode = tiers.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
     course = Course(root, release_dir=root / "release", timeout=timeout)
     names = resolve(exercises)
-    say(f"sandbox: {mode}" + (" (bubblewrap, a new sandboxed kernel per notebook: no network, read-only system, "
+    say(f"sandbox: {mode}" + ({"bwrap": " (bubblewrap", "landlock": " (Landlock + seccomp"}[mode]
+                              + ", a new sandboxed kernel per notebook: no network, read-only system, "
                               f"only its own folder writable; memory {memory_mb} MB, {timeout} s per cell)"
-                              if mode == "bwrap" else " (UNPROTECTED: resource limits only)"))
+                              if mode != "limits" else " (UNPROTECTED: resource limits only)"))
 
     say(f"1/4 collect: nbgrader zip_collect on {source} for {len(names)} exercise(s)")
     for a in names:
@@ -161,13 +162,13 @@ def _keep(results: list, renamed: dict, state: dict, course: Course) -> None:
 def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 60, say=print) -> CohortResult:
     """The cohort command over the empty folder ``empty``: builds the course (nbgrader
     generate_assignment) where needed and exports grades.csv, flags.csv and the summary from the
-    gradebook and state. It grades nothing, so it runs without bubblewrap where bubblewrap cannot
-    run (and only then does its summary say so)."""
-    from ..isolation.sandbox import bwrap_works
+    gradebook and state. It grades nothing, so it runs without a sandbox where no isolation tier
+    can run (and only then does its summary say so)."""
+    from ..isolation.tiers import protected
 
     Path(empty).mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
-                      say=say, unprotected=not bwrap_works())
+                      say=say, unprotected=not protected())
 
 
 def _in_gradebook(course: Course, assignment: str) -> bool:

@@ -70,7 +70,7 @@ def summarize(res) -> str:
     recs = res.records
     from ..isolation.sandbox import WARNING
 
-    lines = [] if res.sandbox == "bwrap" else [WARNING, ""]
+    lines = [WARNING, ""] if res.sandbox == "limits" else []
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "
              f"graded now {len(res.graded_now)}, kept {res.skipped}; {res.seconds:.0f} s; sandbox {res.sandbox}", ""]
     lines.append("score distribution per exercise (points):")

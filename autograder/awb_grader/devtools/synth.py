@@ -139,7 +139,7 @@ def disguised(code: str, keep: set = frozenset()) -> str:
 def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool = True) -> dict[str, dict]:
     """Write one file per hostile or broken kind (plus honest students) into ``dest``.
     Returns {file name: {"student", "kind", "expect"}} where expect says what must happen.
-    ``sandboxed=False`` (no bubblewrap) leaves out the kinds only a sandbox can stop
+    ``sandboxed=False`` (no isolation tier) leaves out the kinds only a sandbox can stop
     (``SANDBOX_ONLY``: they would really read solutions/, write the gradebook and the
     repository, reach the network, fork without limit as root)."""
     from ..catalog import alternatives, mistakes
