@@ -365,4 +365,7 @@ def run(names: list[str], per_exercise: int = 1, say=print) -> dict:
     say(table(prof))
     say("    core-seconds per phase (this process, less the meter, and every process under it):")
     say(table(cores, CPU_PHASES))
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
     return prof
