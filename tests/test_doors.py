@@ -153,19 +153,27 @@ def test_the_provided_files_are_computed_once_per_exercise_for_the_launchers(mon
 @pytest.mark.sandbox
 @pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
 def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch):
-    """A reference the exercise does not provide is not there: delegating to it fails to import."""
+    """A reference the exercise does not provide is not there: delegating to it fails to import.
+    Nothing of the hidden checks is there either, in the kernel's sandbox or the replay's (which
+    holds the replay's own two files besides): they run only in the grader's process."""
     monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap")
     cwd = tmp_path / "ada" / "04_queries_keys_values"
     cwd.mkdir(parents=True)
+    hidden_file = AUTOGRADER / "awb_grader" / "hidden" / "ex04.py"
     probe = ("import importlib\nfor m in ('attention_workbook.checks.ex04', 'awb_grader.hidden.ex04', "
-             "'attention_workbook.qkv', 'attention_workbook.mha'):\n"
+             "'awb_grader.hidden._adapter', 'attention_workbook.qkv', 'attention_workbook.mha', "
+             "'awb_grader.replay_support'):\n"
              "    try:\n        importlib.import_module(m); print('ok', m)\n"
-             "    except ImportError:\n        print('missing', m)\n")
+             "    except ImportError:\n        print('missing', m)\n"
+             f"try:\n    open({str(hidden_file)!r}).read(); print('read')\nexcept OSError:\n    print('unreadable')\n")
     env = {**os.environ, "PYTHONPATH": f"{AUTOGRADER}{os.pathsep}{REPO}"}
-    out = subprocess.run(sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env),
-                         capture_output=True, text=True, timeout=120).stdout.split("\n")
-    assert out[:4] == ["ok attention_workbook.checks.ex04", "ok awb_grader.hidden.ex04",
-                       "missing attention_workbook.qkv", "missing attention_workbook.mha"], out
+    common = ["ok attention_workbook.checks.ex04", "missing awb_grader.hidden.ex04",
+              "missing awb_grader.hidden._adapter", "missing attention_workbook.qkv", "missing attention_workbook.mha"]
+    for ro, last in (((), ["missing awb_grader.replay_support"]),                    # the kernel's sandbox
+                     (sandbox.REPLAY_FILES, ["ok awb_grader.replay_support"])):     # the replay's
+        cmd = sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env, ro=ro)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout.split("\n")
+        assert out[:7] == [*common, *last, "unreadable"], out
 
 
 PRODUCT = sorted((REPO / "autograder" / "awb_grader").rglob("*.py"))      # the grading core

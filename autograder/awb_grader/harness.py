@@ -24,14 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import REPO
+from .verdict import HIDDEN_FAILED, HIDDEN_MESSAGE
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
 CORE = ("autograder", "attention_workbook", "pyproject.toml",
         "requirements.txt", "tools/install_torch.py")
-HIDDEN_MESSAGE = ("failed a hidden check (random shapes and values against an independent oracle). "
-                  "Your code passes what the visible check tried, but not every input the text promises: "
-                  "run check_all() in the last cell of the exercise, and reread the function's section.")
 WITHHELD_MESSAGE = ("points withheld: this submission was flagged for review by your instructor "
                     "(the grader found code that is not your own work, or that hides what it runs).")
 SEED = re.compile(r"\brng\((\d+)\)")
@@ -199,7 +197,7 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
     hint (or the student's own exception) is shown as it is."""
     text = evalue.strip() or (fallback.strip().splitlines() or [""])[0]
     low = text.lower()
-    if "hidden test" in low or "awb_grader" in low or "begin hidden" in low:
+    if ename == HIDDEN_FAILED or "hidden test" in low or "awb_grader" in low or "begin hidden" in low:
         return HIDDEN_MESSAGE, True
     if not text:
         return "this check failed (no message).", False

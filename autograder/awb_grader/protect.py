@@ -15,13 +15,19 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
     the instructor said the grades need not be protected (``--SandboxGuard.unprotected=True``,
     ``cohort --unprotected`` or ``AWB_UNPROTECTED=1``); the test suite's own notebooks
     (trusted code, no sandbox) say ``SandboxGuard.trusted_code=True``;
+  - :class:`~awb_grader.holdout.HoldOutHiddenTests` before the execution: every test cell's
+    hidden block is taken out, so the student's kernel runs only the visible checks (and never
+    sees the hidden checks' code, seeds or oracles);
   - :class:`~awb_grader.outputlimit.LimitOutputBytes` instead of ``LimitOutput``;
-  - :class:`OutsideVerdict` after the execution and before ``SaveAutoGrades``: it decides, in
-    nbgrader's process (never the student's), which test cells keep the points they earned in
-    the kernel (``verdict.decide``); a withheld cell gets an error output that says why, so
-    nbgrader's own ``SaveAutoGrades`` scores it 0 and the feedback shows the reason. The
-    status and reasons go into the autograded notebook's metadata (``awb_grader``), where every
-    door reads them;
+  - :class:`OutsideVerdict` after the execution and before ``SaveAutoGrades``: it puts the
+    hidden blocks back and decides, in nbgrader's process (never the student's), which test
+    cells keep the points their visible checks earned in the kernel (``verdict.decide``: the
+    hidden checks run there, and only there). A cell whose hidden check fails gets an error
+    output with a fixed sentence (:data:`verdict.HIDDEN_MESSAGE`: no case, seed or expected
+    value), a withheld cell one that says why, so nbgrader's own ``SaveAutoGrades`` scores it 0
+    and the feedback shows the sentence. The status, the reasons and each hidden check's own
+    message (``hidden_failed``, for the instructor) go into the autograded notebook's metadata
+    (``awb_grader``), where every door reads them;
   - :class:`FlagSubmission` after ``SaveAutoGrades``: a flagged submission is flagged in
     nbgrader's gradebook (formgrader shows the flag).
 """
@@ -53,6 +59,7 @@ UNPROTECTED_NOTE = "UNPROTECTED: graded without the sandbox (bubblewrap unavaila
 
 PREPROCESSORS = [
     "awb_grader.protect.SandboxGuard",
+    "awb_grader.holdout.HoldOutHiddenTests",
     "awb_grader.protect.SandboxExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
@@ -83,7 +90,7 @@ def private_runtime() -> Path:
 def configure(c) -> None:
     """The course's nbgrader settings that make every autograde a protected one (called by
     ``autograder/nbgrader_config.py``)."""
-    ensure_kernel_path()                     # hidden test cells import awb_grader.hidden
+    ensure_kernel_path()                     # (the trusted notebooks' hidden blocks import awb_grader.hidden)
     c.Execute.kernel_name = KERNEL_NAME
     c.Execute.kernel_manager_class = "awb_grader.protect.SandboxKernelManager"
     # every output is in once the last cell ran: stop the kernel at once rather than asking it
@@ -209,28 +216,47 @@ WITHHELD = "PointsWithheld"
 
 
 class OutsideVerdict(NbGraderPreprocessor):
-    """Decide, in nbgrader's process, which earned test cells keep their points (``verdict.decide``)."""
+    """Decide, in nbgrader's process, which earned test cells keep their points (``verdict.decide``):
+    the hidden checks that :class:`~awb_grader.holdout.HoldOutHiddenTests` kept out of the kernel
+    run here, outside the student's process."""
 
     timeout = Integer(0, help="seconds per re-checked cell (0: Execute.timeout)").tag(config=True)
-    recheck = Bool(True, help="re-run each earned hidden check outside the student's process (off: "
-                              "only the static reading of the answer cells)").tag(config=True)
+    recheck = Bool(True, help="run each earned cell's hidden check outside the student's process (off: no hidden "
+                              "check runs, scores come from the visible checks and the static reading of the "
+                              "answer cells)").tag(config=True)
 
     def preprocess(self, nb, resources):
         from . import verdict
+        from .holdout import held_tests
 
         meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
         assignment = resources["nbgrader"]["assignment"]
         cwd = Path(resources.get("metadata", {}).get("path") or ".").resolve()
         timeout = self.timeout or int(self.config.Execute.get("timeout", 60) or 60)
-        scope = "events" if meta.get("sandbox") == "trusted" else "full" if self.recheck else "static"
+        held = held_tests(resources)
+        for cell in nb.cells:               # the autograded notebook shows the test cells whole again
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if held and gid in held and cell.cell_type == "code":
+                cell.source = held[gid]
+        if held is None and meta.get("sandbox") == "trusted":
+            scope = "events"                 # (the course's own notebooks: hidden checks ran in the kernel)
+        else:
+            scope = "full" if self.recheck else "static"
+        if scope == "static" and held:
+            meta["reasons"] = [*meta.get("reasons", []), "note: the hidden checks were not run (--no-verdict): "
+                               "scores from the visible checks only"]
         d = verdict.decide(nb, assignment, cwd, earned(nb), timeout=timeout, scope=scope)
         for cell in nb.cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in d.withheld and cell.cell_type == "code":
-                why = d.withheld[gid]
-                cell.outputs.append(_error(WITHHELD, why))
+            if cell.cell_type != "code" or not gid:
+                continue
+            if gid in d.withheld:
+                cell.outputs.append(_error(WITHHELD, d.withheld[gid]))
+            elif gid in d.hidden_failed:
+                cell.outputs.append(_error(verdict.HIDDEN_FAILED, verdict.HIDDEN_MESSAGE))
         meta["reasons"] = [*meta.get("reasons", []), *d.reasons]
         meta["withheld"] = d.withheld
+        meta["hidden_failed"] = d.hidden_failed       # each hidden check's own message: the instructor's only
         if d.flagged:
             meta["status"] = "flagged"
         return nb, resources
