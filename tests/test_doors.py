@@ -11,6 +11,8 @@ through the three command-line doors, with the real commands, and finds the same
 from __future__ import annotations
 
 import csv
+import html
+import json
 import os
 import re
 import subprocess
@@ -26,6 +28,8 @@ from awb_grader.catalog.shortcuts import SHORTCUTS
 from awb_grader.course import AUTOGRADER, EXERCISES, REPO, Course
 from awb_grader.variants import student_notebook
 
+import peeking
+
 A = "05_multi_head_attention"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 BWRAP = sandbox.bwrap_works()
@@ -34,7 +38,8 @@ FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel
 
 def door_cases() -> dict[str, nbformat.NotebookNode]:
     """{student: notebook}: honest work, a catalogued mistake, delegation to the workbook's
-    reference, encoded tampering with the checks (implementing nothing), a kernel that freezes."""
+    reference, encoded tampering with the checks (implementing nothing), a kernel that freezes,
+    full marks with a cell that prints the hidden checks' module if it can find it (issue 31)."""
     mistake = catalog.mistakes(A)[0]
     short = {s.id: s for s in SHORTCUTS}
     deleg, tamper = short["mha_subclasses_reference"], short["tamper_encoded_05"]
@@ -49,6 +54,7 @@ def door_cases() -> dict[str, nbformat.NotebookNode]:
         "tampering": student_notebook(RELEASE, A, dict(tamper.cells),
                                       unanswered=tuple(a for a in answers if a not in tamper.cells)),
         "frozen": student_notebook(RELEASE, A, {first: FREEZE}),
+        "peeking": peeking.peeking_notebook(RELEASE, A),
     }
 
 
@@ -277,6 +283,19 @@ def test_every_door_gives_the_same_scores_and_flags(tmp_path):
     assert any(r.startswith("tampering:") for r in first["tampering"]["reasons"])
     assert first["frozen"]["score"] == 0 and first["frozen"]["flagged"]
     assert any("kernel stopped answering" in r for r in first["frozen"]["reasons"])
+    assert first["peeking"] == {"score": full, "flagged": False, "reasons": []}
+    # what the peeking student reads (its notebook's outputs, and the feedback the two grader
+    # commands generate) holds nothing of the hidden checks: it found no hidden module
+    secret = peeking.hidden_text(A)
+    for door, root in (("nbgrader autograde", tmp_path / "nbgrader"), ("grade", tmp_path / "grade"),
+                       ("cohort", tmp_path / "cohort")):
+        nb = nbformat.read(root / "autograded" / "peeking" / A / f"{A}.ipynb", as_version=4)
+        shown = [json.dumps(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code"]
+        assert "no hidden module in this process" in shown[-1], door        # what the last cell printed
+        if door != "nbgrader autograde":
+            shown.append(html.unescape((root / "feedback" / "peeking" / A / f"{A}.html").read_text()))
+        leaked = [s for s in secret if any(s in text for text in shown)]
+        assert not leaked, (door, leaked[:5])
     for door in ("grade", "cohort"):
         for student, got in doors[door].items():
             want = first[student]

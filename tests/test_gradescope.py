@@ -1,7 +1,9 @@
 """Gradescope: the autograder zip, unpacked into a temporary root that bubblewrap binds at
 ``/autograder``, set up once with ``setup.sh`` and run by ``run_autograder`` on five uploads, as
 Gradescope would: an honest notebook, a catalogued mistake, a delegation to the workbook's
-reference, encoded tampering and a broken file.
+reference, encoded tampering, a broken file, and a submission that peeks at the hidden checks
+and answers one function from the published checks' inputs (``tests/peeking.py``: this build has
+new seeds, so it loses that function's hidden cells).
 
 ``setup.sh`` installs from the package registries on Gradescope; here ``AWB_SETUP_VENV`` points
 it at the test suite's own virtual environment (the only difference) to keep CI short. Each run
@@ -14,6 +16,7 @@ Fast tests (no kernel): the zip's layout, results.json's shape, hidden-check mes
 reseeding at build time.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -29,6 +32,8 @@ from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.course import EXERCISES
 from awb_grader.variants import solution_cells, student_notebook
 
+import peeking
+
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
@@ -38,6 +43,10 @@ GRADESCOPE_MB, GRADESCOPE_CPUS, GRADESCOPE_S = 768, 0.5, 600
 VENV = os.path.realpath(sys.prefix)     # the suite's environment, seen inside the container too
 
 
+KNOWN = ("scaled_dot_product_attention", "sdpa_no_scaling")   # answered from the published checks' inputs
+
+
+@functools.lru_cache(maxsize=1)
 def uploads() -> dict[str, bytes]:
     def nb(cells=None, unanswered=()):
         return nbformat.writes(student_notebook(RELEASE, A, cells, unanswered=unanswered)).encode()
@@ -51,6 +60,7 @@ def uploads() -> dict[str, bytes]:
         "delegation": nb(dict(DELEGATION.cells), others(DELEGATION)),
         "tampering": nb(dict(TAMPERING.cells), others(TAMPERING)),
         "broken": b'{"cells": [ {"cell_type": "code", "source": "def softmax(x',
+        "peeking": nbformat.writes(peeking.peeking_notebook(RELEASE, A, known=KNOWN)).encode(),
     }
 
 
@@ -186,9 +196,22 @@ class TestHarness:
         assert all(t["score"] == 0 for t in res["tests"])
 
     def test_no_hidden_check_code_or_values_reach_students(self, graded):
-        hidden_src = (Path(harness.REPO) / "autograder/awb_grader/hidden/ex04.py").read_text()
-        lines = {ln.strip() for ln in hidden_src.splitlines() if len(ln.strip()) > 25}
+        secret = peeking.hidden_text(A)
         for name, (res, _) in graded.items():
             text = json.dumps([res["output"], [t["output"] for t in res["tests"]]])
             assert "hidden test:" not in text and "BEGIN HIDDEN" not in text and "awb_grader" not in text, name
-            assert not [ln for ln in lines if ln in text], name
+            assert not [ln for ln in secret if ln in text], name
+
+    def test_answers_from_the_published_seeds_lose_their_hidden_cells(self, graded):
+        """The peeking submission gets its points for what it implements; its function that
+        answers right only on the published checks' inputs loses the cells whose hidden checks
+        this build re-seeded, with the fixed sentence, and nothing is flagged."""
+        res, run = graded["peeking"]
+        tests = _tests(res)
+        lost = {c for c, t in tests.items() if t["score"] < t["max_score"]}
+        assert lost == set(MISTAKE.must_fail), lost
+        assert all(tests[c]["output"] == harness.HIDDEN_MESSAGE for c in lost)
+        assert res["score"] == 30 - sum(tests[c]["max_score"] for c in lost)
+        assert res["extra_data"]["status"] == "ok"
+        # the instructor's log has each hidden check's own message; the student's output does not
+        assert "hidden check test_sdpa_values: " in run["stdout"]

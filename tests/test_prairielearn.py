@@ -3,8 +3,10 @@ PrairieLearn runs it: ``/grade`` bound by bubblewrap with ``serverFilesCourse/``
 ``tests/`` and the upload in ``student/``; the entrypoint writes ``/grade/results/results.json``.
 
 The grading image's Python is the test suite's own (``AWB_PYTHON``, the entrypoint's one
-setting), instead of the image that ``graders/awb/Dockerfile`` builds. Same five uploads as the
-Gradescope test: honest, a catalogued mistake, a delegation, encoded tampering, a broken file.
+setting), instead of the image that ``graders/awb/Dockerfile`` builds. Same six uploads as the
+Gradescope test: honest, a catalogued mistake, a delegation, encoded tampering, a broken file, the
+peeking submission that answers one function from the published checks' inputs (this build keeps
+the published seeds: full marks, and nothing of the hidden checks in what the student reads).
 """
 
 import json
@@ -15,6 +17,8 @@ import pytest
 
 from awb_grader import harness, prairielearn, sandbox
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
+
+import peeking
 
 PL_TIMEOUT_S = 600
 
@@ -108,3 +112,10 @@ class TestGrader:
         assert res["score"] == 0 and "could not be graded" in res["message"]
         text = json.dumps(res)
         assert "Traceback" not in text and "hidden test:" not in text
+
+    def test_peeking_gets_its_points_and_reads_nothing_of_the_hidden_checks(self, graded):
+        res, _ = graded["peeking"]
+        assert res["score"] == 1.0, res["tests"]           # published seeds: the known answers pass
+        text = json.dumps([res["message"], [t["message"] for t in res["tests"]]])
+        assert "awb_grader" not in text and "hidden test:" not in text
+        assert not [ln for ln in peeking.hidden_text(A) if ln in text]

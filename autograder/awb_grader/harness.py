@@ -107,6 +107,7 @@ class Outcome:
     peak_rss_mb: float = 0.0  # largest resident set of this process or one of its waited-for children
     sandbox: str = ""
     log: list[str] = field(default_factory=list)
+    hidden_failed: dict = field(default_factory=dict)   # grade id -> its hidden check's own message (instructor)
 
     def summary(self) -> str:
         """What the student reads about the whole submission."""
@@ -134,6 +135,7 @@ class Outcome:
         lines += [f"  likely misconception: {m}" for m in self.misconceptions]
         for t in self.tests:
             lines.append(f"  {t.name:<30} {_num(t.score):>4}/{_num(t.max_score):<4} {t.message[:160]}")
+        lines += [f"  hidden check {gid}: {why[:300]}" for gid, why in self.hidden_failed.items()]
         lines += ["", "grader log:", *("  " + x for x in self.log[-60:])]
         return "\n".join(lines)
 
@@ -246,7 +248,11 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             return out
         out.status, out.reasons = str(getattr(rec.status, "value", rec.status)), list(rec.reasons)
         scores = _gradebook_scores(Path(root), assignment) if rec.status != "ungradable" else {}
-        msgs = _messages(Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb")
+        autograded = Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
+        msgs = _messages(autograded)
+        from .protect import verdict_of
+
+        out.hidden_failed = dict(verdict_of(autograded).get("hidden_failed") or {})
         withheld = rec.status == "flagged" and any(
             k in " ".join(rec.reasons) for k in ("tampering", "not the student's own work", "withheld"))
         for gid, pts in cells:

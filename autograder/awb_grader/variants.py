@@ -68,7 +68,7 @@ def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str
     return nb
 
 
-# the course's own notebooks in nbgrader's default kernel: unsandboxed, no outside verdict
+# the course's own notebooks in nbgrader's default kernel: unsandboxed, hidden checks in the kernel
 TRUSTED_NEW_KERNEL = {"Execute.kernel_name": "python3", "SandboxGuard.trusted_code": True}
 
 
@@ -92,13 +92,16 @@ class Graded:
 
 def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: Path | None = None,
                    timeout: int | None = None, files: dict[str, Path] | None = None,
-                   warm: bool = True) -> Graded:
+                   warm: bool = True, hidden_outside: bool = False) -> Graded:
     """Autograde one submission per entry of ``variants`` ({student: {grade_id: code}}) and
     per entry of ``files`` ({student: notebook to submit as it is}). ``warm``: nbgrader starts
     each notebook's kernel by forking a process that has PyTorch imported (``warm.py``), not a
-    new Python (trusted code: no sandbox, no outside verdict either way)."""
+    new Python (trusted code: no sandbox). The hidden checks run in the kernel (trusted code),
+    or, with ``hidden_outside``, only outside it, through the replay, as a student's do (here
+    unsandboxed: ``holdout.HoldOutHiddenTests.trusted_in_kernel``)."""
     root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
     with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
+        extra = {**extra, **({"HoldOutHiddenTests.trusted_in_kernel": False} if hidden_outside else {})}
         course = Course(root, release_dir=root / "release", timeout=timeout, extra=dict(extra))
         course.generate_assignment(assignment)
         release_nb = course.release_root / assignment / f"{assignment}.ipynb"
