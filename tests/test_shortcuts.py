@@ -16,7 +16,7 @@ import csv
 import nbformat
 import pytest
 
-from awb_grader import catalog, cohort, sandbox
+from awb_grader import catalog, cohort, sandbox, verdict
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
 from awb_grader.course import EXERCISES
 from awb_grader.variants import error_text, solution_cells, student_notebook
@@ -113,7 +113,7 @@ def test_each_contract_break_fails_its_visible_check_and_loses_only_there(graded
     assert set(r.failed_cells) == set(m.must_fail), (sorted(r.failed_cells), m.must_fail)
     nb = nbformat.read(res.root / "autograded" / st / a / f"{a}.ipynb", as_version=4)
     texts = {c: error_text(nb, c) for c in m.must_fail}
-    hidden = [c for c, t in texts.items() if not t or "hidden test" in t]
+    hidden = [c for c, t in texts.items() if not t or "hidden test" in t or verdict.HIDDEN_FAILED in t]
     assert not hidden, f"{m.id}: not a visible failure in {hidden}: {texts}"
     assert any(m.hint.lower() in t.lower() for t in texts.values()), (m.hint, texts)
     # the grade table names it from those messages (as tests/test_catalog.py requires of the rest)

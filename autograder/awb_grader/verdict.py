@@ -621,10 +621,13 @@ def events(nb) -> tuple[list[str], list[str], list[str]]:
     return broken, list(dict.fromkeys(timeouts)), stopped
 
 
-def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:
-    """Outside verdicts of every test cell for the reference solution (no nbgrader): what an
-    honest, fully correct student gets from the re-check. Used by the test suite to show the
-    re-check never takes points from correct work."""
+def check_solution(assignment: str, workdir: Path, timeout: float = 60, overrides: dict[str, str] | None = None,
+                   cells: list[str] | None = None) -> dict[str, str]:
+    """Outside verdicts of the test cells ``cells`` (every one by default) for the reference
+    solution, its answer cells replaced by ``overrides`` (no nbgrader): what the hidden checks
+    say of that work when they run outside its process, as they do for a student's upload. Used
+    by the test suite to show the re-check never takes points from correct work, and gives the
+    verdicts the trusted path's in-kernel hidden checks give."""
     import nbformat
 
     from .course import SOLUTIONS, ensure_kernel_path
@@ -632,11 +635,11 @@ def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[
 
     ensure_kernel_path()
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    sol = solution_cells(assignment)
+    sol = {**solution_cells(assignment), **(overrides or {})}
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution"):
             cell.source = sol[meta["grade_id"]]
     _, hidden = _cells(nb)
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    return outside_verdicts(nb, Path(workdir), list(hidden), timeout)
+    return outside_verdicts(nb, Path(workdir), list(hidden) if cells is None else list(cells), timeout)
