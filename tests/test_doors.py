@@ -4,7 +4,7 @@
 ``tests/test_browser.py``), ``python -m awb_grader grade`` and ``python -m awb_grader cohort`` all
 load the course's ``nbgrader_config.py``, which plugs ``awb_grader.protect`` into nbgrader's own
 extension points: the sandbox kernel spec and kernel manager, and the autograde preprocessors
-(sandbox guard, outside verdict, gradebook flag). The slow test grades five kinds of submission
+(sandbox guard, outside verdict, gradebook flag). The slow test grades six kinds of submission
 through the three command-line doors, with the real commands, and finds the same scores and flags.
 """
 

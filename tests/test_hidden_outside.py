@@ -35,10 +35,11 @@ SAMPLE += [(a, f"mistake-{m.id}", {m.cell: m.source, **m.extra_cells}) for a, id
 def test_hidden_checks_give_the_same_verdicts_in_the_kernel_and_outside(assignment, variant, cells, tmp_path):
     ns = nbrun.namespace(assignment, cells)
     tests = list(nbrun.tests(assignment))
-    in_kernel = {t: r.message is None for t, r in nbrun.run_tests(assignment, ns, tests, "both").items()}
-    visible = {t: r.message is None for t, r in nbrun.run_tests(assignment, nbrun.namespace(assignment, cells),
-                                                                  tests, "visible").items()}
+    visible = {t: r.message is None for t, r in nbrun.run_tests(assignment, ns, tests, "visible").items()}
     earned = [t for t in tests if visible[t]]
+    # the trusted kernel runs a test cell whole: the hidden part after the visible one passed
+    local = {t: r.message is None for t, r in nbrun.run_tests(assignment, ns, earned, "hidden").items()}
+    in_kernel = {t: visible[t] and local[t] for t in tests}
     outside = verdict.check_solution(assignment, tmp_path, overrides=cells, cells=earned)
     assert not [v for v in outside.values() if v.startswith("unsupported")], outside
     outside_pass = {t: visible[t] and outside.get(t) == "pass" for t in tests}
@@ -87,9 +88,11 @@ def test_the_kernel_gets_the_visible_checks_only_and_the_verdict_puts_the_cells_
     assert answer.source == mine                                  # an answer cell is left as written
     assert holdout.held_tests(resources) == before
     # the course's own trusted notebooks keep them in the kernel
-    trusted = _solution_notebook()
-    trusted.metadata[protect.META] = {"sandbox": "trusted"}
-    trusted, res = holdout.HoldOutHiddenTests().preprocess(trusted, {})
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.SandboxGuard.trusted_code = True
+    trusted, res = holdout.HoldOutHiddenTests(config=cfg).preprocess(_solution_notebook(), {})
     assert holdout.held_tests(res) is None and all("BEGIN HIDDEN" in c.source for c in _tests_of(trusted))
 
 

@@ -39,9 +39,7 @@ class HoldOutHiddenTests(ClearHiddenTests):
                              ).tag(config=True)
 
     def preprocess(self, nb, resources):
-        from .protect import META
-
-        if self.trusted_in_kernel and nb.metadata.get(META, {}).get("sandbox") == "trusted":
+        if self.trusted_in_kernel and self.config.SandboxGuard.get("trusted_code", False):
             return nb, resources
         resources[HELD] = {}
         return super().preprocess(nb, resources)
