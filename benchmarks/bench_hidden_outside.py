@@ -13,8 +13,9 @@ moves), for each exercise's reference solution:
 2. the outside run: ``verdict.check_solution`` (the replay in the sandbox, every hidden check
    through the proxies), unchanged in what it runs;
 3. end to end: ``python -m awb_grader cohort`` (sandbox on, 1 worker, no feedback) on one honest
-   submission per exercise, with the code before (``git archive REV``; default ``main``: once
-   this change is merged, pass the commit before it, 93cc3a6) and this checkout.
+   submission per exercise, each tree first in every other round, with the code before
+   (``git archive REV``; default ``main``: once this change is merged, pass the commit before it)
+   and this checkout.
 
 Prints figures with the CPU and the load; asserts nothing.
 """
@@ -106,9 +107,9 @@ def main() -> None:
     ap.add_argument("--before-rev", default="main", help="the commit graded 'before' (hidden checks in the kernel)")
     ap.add_argument("--no-cohort", action="store_true", help="skip the end-to-end cohort runs")
     a = ap.parse_args()
-    from awb_grader.course import assignments
+    from awb_grader.course import resolve
 
-    names = assignments(a.exercises)
+    names = resolve(a.exercises)
     print(describe())
     print(f"exercises {', '.join(names)}; {a.rounds} round(s), interleaved\n")
 
@@ -150,7 +151,8 @@ def main() -> None:
                                inbox / f"honest_{name}.ipynb")
             got = {"before": [], "after": []}
             for r in range(a.rounds):
-                for label, tree in (("before", before), ("after", REPO)):
+                order = (("before", before), ("after", REPO))
+                for label, tree in order if r % 2 == 0 else order[::-1]:     # each goes first in turn
                     wall, cpu, flags = cohort_run(tree, inbox, a.exercises, tmp / f"course-{label}")
                     got[label].append((wall, cpu))
                     print(f"  round {r + 1} {label:<6} ({rev if label == 'before' else head}): {wall:6.1f} s wall, "
