@@ -35,7 +35,8 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python tools/install_torch.py --index "$(TORCH_INDEX)"
 	@# setuptools' note on every editable install of a flat layout ("folders in your working
 	@# directory with the same name as your package may take precedence"): that folder is the package
-	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -r requirements.txt -e .
+	@# the triton extra: exercise and lecture 10's kernels (Linux; Triton's interpreter where there is no GPU)
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -r requirements.txt -e ".[triton]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -128,19 +128,33 @@ def online_softmax(x: torch.Tensor, block: int = 4) -> torch.Tensor:
     return torch.exp(x - safe) / l
 
 
-def online_softmax_trace(row: torch.Tensor, block: int) -> list[tuple[float, float]]:
-    """(running max, running sum) after each block of a 1-D ``row``: the lecture's figure."""
+def online_softmax_trace(row: torch.Tensor, block: int) -> list[dict[str, float]]:
+    """Per block of a 1-D ``row`` (finite values): the running maximum before and after it (``m_old``,
+    ``m``), and the running sum before it (``l_old``), after its rescaling by exp(m_old - m)
+    (``l_rescaled``) and after its own terms are added (``l``): the lecture's figure."""
     m, l, out = float("-inf"), 0.0, []
     for s in range(0, row.numel(), block):
         xb = row[s:s + block]
         m_new = max(m, float(xb.max()))
-        l = l * math.exp(m - m_new) + float(torch.exp(xb - m_new).sum())
-        m = m_new
-        out.append((m, l))
+        rescaled = l * math.exp(m - m_new)
+        out.append({"start": s, "end": s + xb.numel(), "m_old": m, "m": m_new, "l_old": l, "l_rescaled": rescaled,
+                    "l": rescaled + float(torch.exp(xb - m_new).sum())})
+        m, l = m_new, out[-1]["l"]
     return out
 
 
 # ----------------------------------------------------------------------------- attention, naive and tiled
+def slow_memory_traffic(T: int, d: int, block_q: int) -> dict[str, int]:
+    """Numbers read from and written to slow memory (a GPU's HBM) by one head's attention over T
+    positions of width d (FlashAttention's accounting, Dao et al., 2022, section 3.2).
+
+    ``standard``: Q and K read, the (T, T) scores written and read back, the probabilities
+    written and read back, V read, the output written: 4 T^2 + 4 T d. ``tiled``: Q read and
+    the output written once, K and V read once per tile of ``block_q`` queries (the tile stays
+    in fast on-chip memory while all of K and V stream past it): 2 T d + 2 T d * ceil(T / block_q)."""
+    return {"standard": 4 * T * T + 4 * T * d, "tiled": 2 * T * d + 2 * T * d * -(-T // block_q)}
+
+
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
     """softmax(q k^T / sqrt(d)) v with the whole (..., Tq, Tk) score matrix in memory."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))                            # (..., Tq, Tk)
@@ -254,6 +268,19 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     x1, x2 = x[..., 0::2], x[..., 1::2]                                                  # (..., T, d/2)
     out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)                # (..., T, d/2, 2)
     return out.flatten(-2)
+
+
+def apply_rope_half(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
+    """RoPE in the half-split layout of Hugging Face's ``rotate_half`` and GPT-NeoX: pair i is
+    (x[..., i], x[..., i + d/2]), turned by the same angle positions[t] * base^(-2i/d). It is
+    :func:`apply_rope` on permuted coordinates (even entries first, then odd ones)."""
+    T, d = x.size(-2), x.size(-1)
+    if positions is None:
+        positions = torch.arange(T, device=x.device)
+    ang = rope_angles(positions, d, base).to(x.device)                                  # (T, d/2)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]                                           # (..., T, d/2)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 # ----------------------------------------------------------------------------- local and low-rank attention
@@ -390,8 +417,10 @@ class ToyAttentionModel(nn.Module):
     """One attention layer between embeddings and a linear read-out: enough to fetch a token.
 
     ``kind``: "gqa" (causal :class:`GroupedQueryAttention`, ``n_kv_heads`` of ``n_heads``; equal
-    heads = MHA), "window" (the same, with :func:`sliding_window_mask` of ``window``) or
-    "lowrank" (bidirectional :class:`LowRankSelfAttention` with ``rank`` rows)."""
+    heads = MHA), "window" (the same, with :func:`sliding_window_mask` of ``window``), "lowrank"
+    (bidirectional :class:`LowRankSelfAttention` with ``rank`` rows) or "full" (bidirectional
+    single-head attention, :class:`GroupedQueryAttention` with one head and no mask: what "lowrank"
+    approximates)."""
 
     def __init__(self, vocab_size: int, T: int, d_model: int = 64, n_heads: int = 4, n_kv_heads: int | None = None,
                  kind: str = "gqa", window: int | None = None, rank: int | None = None):
@@ -401,6 +430,8 @@ class ToyAttentionModel(nn.Module):
         self.pos_emb = nn.Embedding(T, d_model)
         if kind == "lowrank":
             self.attn = LowRankSelfAttention(d_model, T, rank)
+        elif kind == "full":
+            self.attn = GroupedQueryAttention(d_model, 1, 1)
         else:
             self.attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads or n_heads)
         self.head = nn.Linear(d_model, vocab_size)
@@ -408,7 +439,7 @@ class ToyAttentionModel(nn.Module):
     def forward(self, idx):
         T = idx.size(1)
         x = self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device))           # (B, T, D)
-        if self.kind == "lowrank":
+        if self.kind in ("lowrank", "full"):
             y = self.attn(x)
         elif self.kind == "window":
             y = self.attn(x, mask=sliding_window_mask(T, self.window, idx.device))

@@ -37,17 +37,17 @@ c.OverwriteCells.add_missing_cells = True
 
 # Every autograde, whichever way it is started (nbgrader autograde, formgrader's button, the
 # cohort command), runs the student's notebook in the bubblewrap sandbox and takes points only from
-# verdicts reached outside the student's process: awb_grader/protect.py (kernel spec, kernel
+# verdicts reached outside the student's process: awb_grader/core/config.py (kernel spec, kernel
 # manager, autograde preprocessors). Without bubblewrap it refuses, unless told the grades may be
 # unprotected (AWB_UNPROTECTED=1 or --SandboxGuard.unprotected=True).
-from awb_grader.protect import configure as _protect  # noqa: E402
+from awb_grader.core.config import configure as _protect  # noqa: E402
 
 _protect(c)
 
 # Grading kernels talk to nbgrader over local TCP. ipykernel >= 7.4 supports CurveZMQ encryption
 # of that channel and warns on every start when it is off ("Kernel is running over TCP without
 # encryption"): let jupyter_client provision the keys where both sides support it. (The sandbox's
-# kernels use Unix sockets instead: KernelManager.transport = "ipc", see protect.py.)
+# kernels use Unix sockets instead: KernelManager.transport = "ipc", see core/config.py.)
 def _curve_available() -> bool:
     try:
         import zmq

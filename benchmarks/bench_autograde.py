@@ -25,8 +25,8 @@ sys.path[:0] = [str(REPO / "autograder"), str(REPO)]
 import nbformat  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from awb_grader import demo  # noqa: E402
-from awb_grader.course import Course  # noqa: E402
+from awb_grader.devtools import demo  # noqa: E402
+from awb_grader.core.course import Course  # noqa: E402
 
 STUDENTS = ["ada", "ben", "chloe", "dev", "emma"]
 

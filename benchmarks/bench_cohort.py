@@ -3,16 +3,16 @@ price of the sandbox and the outside-the-kernel verdict.
 
     PYTHONPATH=autograder .venv/bin/python benchmarks/bench_cohort.py [--students 32] [--workers 2]
 
-On a synthetic cohort (``awb_grader.synth``: correct work, catalogued mistakes, broken files)
+On a synthetic cohort (``awb_grader.devtools.synth``: correct work, catalogued mistakes, broken files)
 of one exercise it measures, side by side on the same machine:
 
 1. a bare ``nbclient`` execution of one correct notebook (the floor: a kernel + the cells);
 2. ``nbgrader autograde ASSIGNMENT`` (the real CLI, sequential: the course's config makes it
    the protected door, a new bubblewrap-sandboxed kernel and the outside verdict per notebook);
    then the course's own (trusted) notebooks through nbgrader's Python API, unsandboxed, once
-   with warm kernels (``awb_grader.warm``: each kernel forked from a process that has PyTorch
+   with warm kernels (``awb_grader.devtools.warm``: each kernel forked from a process that has PyTorch
    imported, as the catalog tests grade) and once with a new kernel per notebook;
-3. the same grading as 2. in parallel shards (``awb_grader.parallel``, no feedback): the
+3. the same grading as 2. in parallel shards (``awb_grader.cohort.parallel``, no feedback): the
    speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
    outside verdict, feedback, export, summary), interleaved because the load moves: with
@@ -100,10 +100,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
 
-    from awb_grader import synth
-    from awb_grader.course import EXERCISES, Course, assignments, ensure_kernel_path
-    from awb_grader.parallel import Task, grade_parallel
-    from awb_grader.variants import student_notebook
+    from awb_grader.devtools import synth
+    from awb_grader.core.course import EXERCISES, Course, assignments, ensure_kernel_path
+    from awb_grader.cohort.parallel import Task, grade_parallel
+    from awb_grader.devtools.variants import student_notebook
 
     ensure_kernel_path()
     os.environ["NBGRADER_EXECUTION"] = "autograde"
@@ -131,7 +131,7 @@ def main() -> None:
     print(f"[1] bare nbclient execution of one correct notebook: {t_bare:.2f} s (median of 3)  [{load()}]")
 
     # the collected submissions (zip_collect), shared by 2 and 3
-    from awb_grader.cohort import DEFAULT_PATTERN, collect
+    from awb_grader.cohort.collect import DEFAULT_PATTERN, collect
 
     got = collect(work / "cohort.zip", work / "inbox", base, [A], DEFAULT_PATTERN)
     subs = got.subs.get(A, {})
@@ -150,11 +150,11 @@ def main() -> None:
           f"({t_seq / len(gradable):.2f} s/notebook, {t_seq / len(gradable) / t_bare:.2f}x bare; CPU {c_seq:.1f} s)  "
           f"rc={proc.returncode}{' (the corrupt files)' if proc.returncode and 'corrupt' in kinds else ''}  [{load()}]")
 
-    # 2w. the same grading with warm kernels (awb_grader.warm: forked from a process that has
+    # 2w. the same grading with warm kernels (awb_grader.devtools.warm: forked from a process that has
     # PyTorch imported), through nbgrader's API as the catalog tests grade; and once more with
     # new kernels through the same API, so the two differ only in how the kernel starts
-    from awb_grader.variants import TRUSTED_NEW_KERNEL
-    from awb_grader.warm import warm_kernels
+    from awb_grader.devtools.variants import TRUSTED_NEW_KERNEL
+    from awb_grader.devtools.warm import warm_kernels
 
     def api_sequential(name: str, warm: bool) -> tuple[float, float]:
         with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
@@ -189,8 +189,8 @@ def main() -> None:
 
     # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): a new
     # bubblewrap-sandboxed kernel and replay per notebook, the outside verdict as nbgrader's own
-    # autograde step (awb_grader.protect)
-    from awb_grader.cohort import run_cohort
+    # autograde step (awb_grader.core.config)
+    from awb_grader.cohort.run import run_cohort
 
     def cohort(zip_path: Path, dest: Path, names: list[str], w: int):
         t, c = time.perf_counter(), cpu()

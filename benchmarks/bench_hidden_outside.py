@@ -10,7 +10,7 @@ moves), for each exercise's reference solution:
 
 1. the kernel's share: the solution notebook executed by nbclient in a new ``python3`` kernel
    (no sandbox: the same for both), test cells whole vs without their hidden blocks;
-2. the outside run: ``verdict.check_solution`` (the replay in the sandbox, every hidden check
+2. the outside run: ``devtools.variants.check_solution`` (the replay in the sandbox, every hidden check
    through the proxies), unchanged in what it runs;
 3. end to end: ``python -m awb_grader cohort`` (sandbox on, 1 worker, no feedback) on one honest
    submission per exercise, each tree first in every other round, with the code before
@@ -54,7 +54,7 @@ def kernel_run(assignment: str, hidden: bool) -> float:
     import nbformat
     from nbclient import NotebookClient
 
-    from awb_grader.course import SOLUTIONS, ensure_kernel_path
+    from awb_grader.core.course import SOLUTIONS, ensure_kernel_path
 
     ensure_kernel_path()
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
@@ -70,12 +70,13 @@ def kernel_run(assignment: str, hidden: bool) -> float:
 
 
 def outside_run(assignment: str) -> float:
-    from awb_grader import sandbox, verdict
+    from awb_grader.devtools.variants import check_solution
+    from awb_grader.isolation import sandbox
 
     os.environ["AWB_SANDBOX_MODE"] = "bwrap" if sandbox.bwrap_works() else "limits"
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
-        got = verdict.check_solution(assignment, Path(tmp) / assignment)
+        got = check_solution(assignment, Path(tmp) / assignment)
         secs = time.perf_counter() - t
     bad = {c: v for c, v in got.items() if v != "pass"}
     if bad:
@@ -107,7 +108,7 @@ def main() -> None:
     ap.add_argument("--before-rev", default="main", help="the commit graded 'before' (hidden checks in the kernel)")
     ap.add_argument("--no-cohort", action="store_true", help="skip the end-to-end cohort runs")
     a = ap.parse_args()
-    from awb_grader.course import resolve
+    from awb_grader.core.course import resolve
 
     names = resolve(a.exercises)
     print(describe())
@@ -130,8 +131,8 @@ def main() -> None:
         print("\n3. end to end: the cohort command, sandbox on, 1 worker, one honest submission per exercise")
         import nbformat
 
-        from awb_grader.course import EXERCISES
-        from awb_grader.variants import student_notebook
+        from awb_grader.core.course import EXERCISES
+        from awb_grader.devtools.variants import student_notebook
 
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)

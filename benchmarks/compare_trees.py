@@ -7,7 +7,7 @@ alternately (the load moves), with the CPU and the load printed beside every fig
 
 Each run is the real command (``python -m awb_grader cohort LMS.zip --exercises ... --workers
 ...``) in a new course root, with the checkout's own ``autograder/`` and package first on
-``PYTHONPATH``; the cohort (``awb_grader.synth``: correct work, alternatives, catalogued
+``PYTHONPATH``; the cohort (``awb_grader.devtools.synth``: correct work, alternatives, catalogued
 mistakes, unanswered functions, broken files) is written once, from this checkout's release.
 Prints figures only; asserts nothing.
 """
@@ -37,8 +37,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
 
-    from awb_grader import synth
-    from awb_grader.course import EXERCISES, assignments
+    from awb_grader.devtools import synth
+    from awb_grader.core.course import EXERCISES, assignments
 
     names = [n for n in assignments() if n[:2] in {e[:2] for e in a.exercises}]
     work = Path(tempfile.mkdtemp(prefix="awb-trees-"))

@@ -2,7 +2,7 @@
 
     PYTHONPATH=autograder .venv/bin/python benchmarks/confirm_cohort.py [--students 300] [--workers 2]
 
-Writes an LMS-style zip of ``--students`` submissions of one exercise (``awb_grader.synth``:
+Writes an LMS-style zip of ``--students`` submissions of one exercise (``awb_grader.devtools.synth``:
 correct work, correct alternatives, catalogued mistakes, unanswered cells, syntax errors,
 stripped metadata, corrupt files), runs the real command (``python -m awb_grader cohort``, in
 a subprocess, sandbox and outside verdict on) and then checks what it produced against what
@@ -40,8 +40,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=None, help="folder to work in (default: a new temporary one)")
     a = ap.parse_args()
 
-    from awb_grader import synth
-    from awb_grader.course import EXERCISES
+    from awb_grader.devtools import synth
+    from awb_grader.core.course import EXERCISES
 
     work = a.work or Path(tempfile.mkdtemp(prefix="awb-confirm-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -72,9 +72,9 @@ def n_files_zip(z: Path) -> int:
 
 
 def measure(students: int, tmp: Path, big_students: int = 100) -> dict:
-    from awb_grader import synth
-    from awb_grader.course import EXERCISES, assignments
-    from awb_grader.parallel import gradebook_dump
+    from awb_grader.devtools import synth
+    from awb_grader.core.course import EXERCISES, assignments
+    from awb_grader.devtools.compare import gradebook_dump
 
     names = assignments()
     lms = tmp / "lms.zip"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import linecache
 import os
 import re
 import warnings
@@ -21,7 +22,7 @@ from functools import lru_cache
 import nbformat
 
 from attention_workbook.checks import CheckFailed
-from awb_grader.course import SOLUTIONS
+from awb_grader.core.course import SOLUTIONS
 
 _MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
@@ -92,13 +93,20 @@ def grading(assignment: str):
             os.environ["NBGRADER_EXECUTION"] = old
 
 
+def _compile(src: str, filename: str):
+    """compile() with the source kept where ``inspect`` finds it, as IPython keeps a cell's
+    (Triton's ``@triton.jit`` reads its function's source)."""
+    linecache.cache[filename] = (len(src), None, src.splitlines(keepends=True), filename)
+    return compile(src, filename, "exec")
+
+
 def run_test(ns: dict, cell: Cell, part: str = "both") -> Result:
     """Run one test cell's ``part`` ("visible", "hidden" or "both") in ``ns``."""
     src = {"visible": cell.visible, "hidden": cell.hidden, "both": cell.source}[part]
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            exec(compile(src, f"<cell {cell.gid}>", "exec"), ns)  # noqa: S102 - our notebooks
+            exec(_compile(src, f"<cell {cell.gid}>"), ns)  # noqa: S102 - our notebooks
         message = None
     except CheckFailed as e:
         message = e.plain()
@@ -129,7 +137,7 @@ def run(assignment: str, overrides: dict[str, str] | None = None, *, only=None,
             src = overrides.get(cell.gid, cell.source) if cell.kind == "answer" else cell.source
             try:
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    exec(compile(src, f"<cell {cell.gid or i}>", "exec"), ns)  # noqa: S102 - our notebooks
+                    exec(_compile(src, f"<cell {cell.gid or i}>"), ns)  # noqa: S102 - our notebooks
             except Exception:  # with a wrong answer, later cells may fail too, as in a notebook
                 if not overrides:
                     raise

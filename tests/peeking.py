@@ -23,8 +23,8 @@ import re
 import nbformat
 import nbrun
 from awb_grader import catalog
-from awb_grader.course import AUTOGRADER, SOLUTIONS
-from awb_grader.variants import solution_cells, student_notebook
+from awb_grader.core.course import AUTOGRADER, SOLUTIONS, solution_cells
+from awb_grader.devtools.variants import student_notebook
 
 PEEK = '''
 

@@ -5,16 +5,22 @@ lost, the gradebook stays consistent and a re-run is idempotent. Kinds (``synth.
 infinite loop, memory hog, fork attempt, syntax error, corrupt JSON, empty notebook, wrong file
 names (no exercise / a copy suffix), stripped nbgrader metadata, deleted test cells, edited
 locked cells, patched checking machinery, reading solutions/, writing the gradebook, writing
-into the repository, network access, 50 MB of output.
+into the repository, network access, 50 MB of output, a renamed and reformatted copy of another
+student's answers (under Canvas's file name).
 """
 
 import csv
 
 import pytest
+import report_page
 
-from awb_grader import catalog, cohort, sandbox, synth, verdict
-from awb_grader.course import EXERCISES, REPO
-from awb_grader.course import assignments as course_assignments
+from awb_grader import catalog
+from awb_grader.devtools import synth
+from awb_grader.devtools.variants import check_solution
+from awb_grader.cohort import run as cohort
+from awb_grader.isolation import sandbox
+from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.core.course import assignments as course_assignments
 
 A = synth.ADV_ASSIGNMENT
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
@@ -48,7 +54,7 @@ def _lost(res, mistake_id):
 
 def test_every_kind_is_present(batch):
     files, _, _ = batch
-    assert len({f["kind"] for f in files.values()}) >= (19 if BWRAP else 14)
+    assert len({f["kind"] for f in files.values()}) >= (20 if BWRAP else 15)
 
 
 def test_nothing_is_lost(batch):
@@ -142,6 +148,22 @@ def test_gradebook_is_consistent_and_untouched(batch):
     assert autograded.stat().st_size < 1_000_000
 
 
+@pytest.mark.browser
+def test_report_page_shows_what_the_csvs_hold(batch):
+    """summary/index.html of the hostile batch in Chromium: loads with no console error, nothing
+    executable in it, the figures of grades.csv, flags.csv and similarity.csv, every reason."""
+    _, res, recs = batch
+    read = report_page.check(res.root)
+    assert ("patch", A, "flagged") in {k[:3] for k in read["flagged"]}
+    assert "mallory_homework.ipynb" in read["text"]
+    assert "canvas_grades.csv" in res.summary and "index.html" in res.summary
+    assert [p[:2] for p in read["pairs"][A]] == [("ben", "copier")]      # the copy, its code side by side
+    assert recs["copier"].score == recs["ben"].score                     # listed for review, no points changed
+    with open(res.root / "lms" / "canvas_grades.csv", newline="") as fh:
+        ids = {r["Student"]: r["ID"] for r in csv.DictReader(fh)}
+    assert ids["copier"] == "1234567" and ids["ada"] == ""               # the user id from Canvas's file name
+
+
 def test_rerun_is_idempotent(batch):
     _, res, _ = batch
     before = {p: (res.root / p).read_text() for p in ("grades.csv", "flags.csv")}
@@ -155,7 +177,7 @@ def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, 
     """The re-check outside the kernel must never take points from correct work: every
     exercise's reference solution passes every hidden test replayed outside the kernel."""
     monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap" if BWRAP else "limits")
-    got = verdict.check_solution(assignment, tmp_path / "work", timeout=60)
+    got = check_solution(assignment, tmp_path / "work", timeout=60)
     assert got, "no hidden blocks found"
     # every test cell is replayed outside (functions, classes and objects through proxies) and passes
     assert {c: v for c, v in got.items() if v != "pass"} == {}

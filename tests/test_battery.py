@@ -22,7 +22,7 @@ import pytest
 import nbrun
 from attention_workbook.checks import battery
 from awb_grader import catalog
-from awb_grader.course import EXERCISES, REPO, SOLUTIONS, assignments
+from awb_grader.core.course import EXERCISES, REPO, SOLUTIONS, assignments
 
 
 def namespace(assignment: str, overrides: dict[str, str] | None = None) -> dict:

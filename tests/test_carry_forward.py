@@ -17,8 +17,8 @@ import nbformat
 import pytest
 
 from attention_workbook.checks import CheckFailed
-from awb_grader.course import REPO, SOLUTIONS
-from awb_grader.variants import grade_variants, solution_cells, student_notebook
+from awb_grader.core.course import REPO, SOLUTIONS
+from awb_grader.devtools.variants import grade_variants, solution_cells, student_notebook
 
 MHA = ("05_multi_head_attention", ("split_heads", "merge_heads", "MultiHeadAttention"))
 # what each import cell tells you to paste, in order: (exercise, its answer cells)

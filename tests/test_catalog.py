@@ -13,8 +13,9 @@ import pytest
 from attention_workbook.checks import graded
 from awb_grader import catalog
 from awb_grader.catalog.shortcuts import contract_breaking
-from awb_grader.course import SOLUTIONS, assignments
-from awb_grader.variants import error_text, grade_variants, solution_cells
+from awb_grader.core.course import SOLUTIONS, assignments
+from awb_grader.core.outputs import error_text
+from awb_grader.devtools.variants import grade_variants, solution_cells
 
 
 @pytest.mark.slow

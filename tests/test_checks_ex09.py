@@ -94,3 +94,28 @@ def test_block_flops_and_cache_size():
     assert f == {"projections": 8 * 100 * 100, "feed_forward": 16 * 100 * 100, "attention": 4 * 100 * 100 * 10}
     assert inference.attention_share(60, 10) == 0.5          # T = 6D
     assert inference.cache_bytes_per_token(96, 96, 128, 2) == 4_718_592   # GPT-3: 4.5 MiB per token
+
+
+def test_lecture_helpers_for_layouts_traffic_and_the_trace():
+    """Lecture 09's half-split RoPE is adjacent-pair RoPE on permuted coordinates; the slow-memory
+    count is FlashAttention's; the trace's rescaled sum drops exactly where the maximum rises."""
+    g = torch.Generator().manual_seed(1)
+    x, pos = torch.randn(2, 5, 8, generator=g), torch.tensor([3, 0, 7, 1, 9])
+    perm = torch.cat([torch.arange(0, 8, 2), torch.arange(1, 8, 2)])
+    torch.testing.assert_close(inference.apply_rope_half(x[..., perm], pos), inference.apply_rope(x, pos)[..., perm])
+    assert inference.slow_memory_traffic(1024, 64, 128) == {"standard": 4 * 1024**2 + 4 * 1024 * 64,
+                                                            "tiled": 2 * 1024 * 64 * (1 + 8)}
+    row = torch.tensor([1.0, 0.0, 3.0, 2.0, 5.0])
+    trace = inference.online_softmax_trace(row, 2)
+    assert [t["l_rescaled"] < t["l_old"] for t in trace] == [False, True, True]
+    assert abs(trace[-1]["l"] - float(torch.exp(row - 5.0).sum())) < 1e-6
+    toy = inference.ToyAttentionModel(7, 6, d_model=8, kind="full")
+    assert toy(torch.randint(7, (2, 6), generator=g)).shape == (2, 6, 7)
+
+
+def test_cached_generation_with_temperature_zero_is_greedy_like_generate():
+    torch.manual_seed(0)
+    model = gpt.GPT(19, 16, 2, 2, 16).eval()
+    idx = torch.randint(19, (2, 3))
+    greedy = gpt.generate(model, idx, 9, temperature=0)
+    assert torch.equal(greedy, inference.generate_cached(model, idx, 9, temperature=0))

@@ -10,10 +10,15 @@ import zipfile
 import nbformat
 import pytest
 
-from awb_grader import catalog, cohort, sandbox, verdict
-from awb_grader.cohort import DEFAULT_PATTERN, Record
-from awb_grader.course import EXERCISES, REPO, Course
-from awb_grader.variants import student_notebook
+from awb_grader import catalog
+from awb_grader.cohort import run as cohort
+from awb_grader.verdict import outside as verdict
+from awb_grader.isolation import sandbox
+from awb_grader.cohort.collect import DEFAULT_PATTERN, collect
+from awb_grader.cohort.summary import misconceptions
+from awb_grader.core.records import Record
+from awb_grader.core.course import EXERCISES, REPO, Course
+from awb_grader.devtools.variants import student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
@@ -48,7 +53,7 @@ def test_zip_collect_sorts_a_multi_exercise_zip(tmp_path):
         zf.writestr("ben_05_multi_head_attention.ipynb", "{}")
         zf.writestr("carl_homework.ipynb", text)
     course = Course(tmp_path / "course", release_dir=EXERCISES)   # read-only use of the committed release
-    got = cohort.collect(z, tmp_path / "course" / "inbox", course, [A, "05_multi_head_attention"])
+    got = collect(z, tmp_path / "course" / "inbox", course, [A, "05_multi_head_attention"])
     assert set(got.subs[A]) == {"ada", "ben"}
     assert set(got.subs["05_multi_head_attention"]) == {"ben"}
     assert f"ben_late_1_{A} (2).ipynb" in got.renamed[("ben", A)] and "2 files" in got.renamed[("ben", A)]
@@ -62,7 +67,8 @@ def test_zip_collect_sorts_a_multi_exercise_zip(tmp_path):
 def test_cells_from_an_older_release_are_unmarked_not_fatal(tmp_path):
     """A notebook downloaded before the exercise changed carries cell ids the release no longer
     has; nbgrader would crash on it (KeyError 'grade_id'): the check unmarks them instead."""
-    from awb_grader.submissions import REPAIRED, inspect_notebook
+    from awb_grader.cohort.submissions import inspect_notebook
+    from awb_grader.core.records import REPAIRED
 
     nb = student_notebook(RELEASE, A)
     ro = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("ro-"))
@@ -81,7 +87,7 @@ def test_misconceptions_name_the_catalogued_mistake():
     recs = [Record(A, f"s{i}", "x", 25, 30, "ok", [], list(m.must_fail),
                    {c: f"CheckFailed: ... {m.hint} ..." for c in m.must_fail}) for i in range(3)]
     recs.append(Record(A, "ok", "x", 30, 30, "ok"))
-    top = cohort.misconceptions(recs, A)
+    top = misconceptions(recs, A)
     assert top[0]["cell"] in m.must_fail and top[0]["n"] == 3
     assert top[0]["mistakes"][0] == (m.description, 3)
 
@@ -172,6 +178,7 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, mon
     assert scores["ada"] == r1.records[0].max_score > scores["dev"]
     assert (root / "summary" / "scores.png").stat().st_size > 1000
     assert "sqrt(d)" in r1.summary                     # the insight names dev's misconception
+    assert "summary/index.html" in r1.summary and "lms/canvas_grades.csv" in r1.summary   # says where they are
     csv1 = (root / "grades.csv").read_text()
 
     r2 = _cohort_in_fresh_process(first, root, **quiet)  # same zip again: nothing to do
@@ -189,3 +196,5 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, mon
     with open(root / "grades.csv") as fh:
         rows = {r["student_id"]: float(r["score"]) for r in csv.DictReader(fh)}
     assert rows == {"ada": scores["ada"], "dev": scores["ada"], "zoe": scores["ada"]}
+    page = (root / "summary" / "index.html").read_text()        # the report page is rewritten with zoe
+    assert all(f'<tr data-student="{s}"><th>' in page for s in ("ada", "dev", "zoe"))

@@ -11,8 +11,8 @@ import torch
 
 from attention_workbook.checks import core
 from attention_workbook.checks.core import CheckFailed
-from awb_grader.course import assignments
-from awb_grader.variants import notebook_cells
+from awb_grader.core.course import assignments
+from awb_grader.devtools.variants import notebook_cells
 
 
 # ----------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_every_reread_opens_its_lecture_section_locally_on_github_and_on_colab()
     import nbformat
 
     from attention_workbook import config
-    from awb_grader.course import REPO
+    from awb_grader.core.course import REPO
 
     url, release = config.repository()
     texts = _reread_texts()

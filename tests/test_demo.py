@@ -6,11 +6,13 @@ import html
 import re
 
 import pytest
+import report_page
 
-from awb_grader import demo
-from awb_grader.course import AUTOGRADER
+from awb_grader.devtools import demo
+from awb_grader.core.course import AUTOGRADER
 from awb_grader import catalog
-from awb_grader.pipeline import Record, grade_submissions, table
+from awb_grader.cohort.pipeline import grade_submissions, table
+from awb_grader.core.records import Record
 
 pytestmark = pytest.mark.xdist_group("demo")
 
@@ -36,6 +38,18 @@ def test_demo_table_matches_expected(demo_run):
     assert "time limit" in reasons["gita"]
     assert "SyntaxError" in reasons["farid"]
     assert "edited test cell" in reasons["ivan"] and "deleted" in reasons["ivan"]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_demo_report_page_shows_what_the_csvs_hold(demo_run):
+    """summary/index.html in Chromium: no console error, the figures of grades.csv and flags.csv,
+    dev's misconception under the checks it fails, links to the feedback pages."""
+    root, _ = demo_run
+    read = report_page.check(root)
+    assert "sqrt(d)" in read["text"] and "jules" in read["text"]
+    assert "1 student(s) attention scores not divided by sqrt(d)" in " ".join(read["text"].split())   # dev
+    assert (root / "lms" / "canvas_grades.csv").exists() and (root / "lms" / "moodle_grades.csv").exists()
 
 
 @pytest.mark.slow
@@ -70,7 +84,7 @@ def test_feedback_reveals_no_hidden_test_code(demo_run):
 @pytest.mark.slow
 def test_regrading_is_idempotent(demo_run):
     root, rows = demo_run
-    from awb_grader.course import Course
+    from awb_grader.core.course import Course
 
     course = Course(root, release_dir=root / "release", timeout=demo.DEMO_TIMEOUT)
     subs = {s: root / "downloaded" / f"{s}.ipynb" for s in ("ada", "hana", "jules")}

@@ -2,7 +2,7 @@
 
 ``nbgrader autograde`` (and formgrader's button, which calls the same nbgrader API: see
 ``tests/test_browser.py``), ``python -m awb_grader grade`` and ``python -m awb_grader cohort`` all
-load the course's ``nbgrader_config.py``, which plugs ``awb_grader.protect`` into nbgrader's own
+load the course's ``nbgrader_config.py``, which plugs ``awb_grader.core.config`` into nbgrader's own
 extension points: the sandbox kernel spec and kernel manager, and the autograde preprocessors
 (sandbox guard, outside verdict, gradebook flag). The slow test grades six kinds of submission
 through the three command-line doors, with the real commands, and finds the same scores and flags.
@@ -23,10 +23,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import catalog, protect, sandbox
+from awb_grader import catalog
+from awb_grader.isolation import sandbox
+from awb_grader.core.kernel_manager import SandboxKernelManager
+from awb_grader.core.metadata import META, verdict_of
+from awb_grader.core.preprocessors.flag_submission import FlagSubmission
+from awb_grader.core.preprocessors.sandbox_guard import SandboxGuard
+from awb_grader.isolation.sandbox import KERNEL_NAME, UNPROTECTED_ENV, UNPROTECTED_NOTE, Refused
 from awb_grader.catalog.shortcuts import SHORTCUTS
-from awb_grader.course import AUTOGRADER, EXERCISES, REPO, Course
-from awb_grader.variants import student_notebook
+from awb_grader.core.course import AUTOGRADER, EXERCISES, REPO, Course
+from awb_grader.devtools.variants import student_notebook
 
 import peeking
 
@@ -64,12 +70,13 @@ def test_every_nbgrader_app_gets_the_protected_settings(tmp_path):
 
     for cfg in (Course(tmp_path).config(),
                 PyFileConfigLoader("nbgrader_config.py", path=str(AUTOGRADER)).load_config()):
-        assert cfg.Execute.kernel_name == protect.KERNEL_NAME
-        assert cfg.Execute.kernel_manager_class == "awb_grader.protect.SandboxKernelManager"
+        assert cfg.Execute.kernel_name == KERNEL_NAME
+        assert cfg.Execute.kernel_manager_class == "awb_grader.core.kernel_manager.SandboxKernelManager"
         assert cfg.KernelManager.transport == "ipc"
         pre = list(cfg.Autograde.autograde_preprocessors)
-        assert pre[0] == "awb_grader.protect.SandboxGuard" and pre[-1] == "awb_grader.protect.FlagSubmission"
-        assert pre.index("awb_grader.protect.SandboxExecute") < pre.index("awb_grader.protect.OutsideVerdict") \
+        ours = "awb_grader.core.preprocessors."
+        assert pre[0] == ours + "sandbox_guard.SandboxGuard" and pre[-1] == ours + "flag_submission.FlagSubmission"
+        assert pre.index(ours + "sandbox_execute.SandboxExecute") < pre.index(ours + "outside_verdict.OutsideVerdict") \
             < pre.index("nbgrader.preprocessors.SaveAutoGrades")
     # the course root a Course writes holds the same, for plain `nbgrader ...` run inside it
     assert "load_subconfig" in (tmp_path / "nbgrader_config.py").read_text()
@@ -77,30 +84,30 @@ def test_every_nbgrader_app_gets_the_protected_settings(tmp_path):
 
 
 def test_the_sandbox_kernel_spec_is_found_by_the_kernel_manager():
-    km = protect.SandboxKernelManager(kernel_name=protect.KERNEL_NAME)
-    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.sandbox"]
+    km = SandboxKernelManager(kernel_name=KERNEL_NAME)
+    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.isolation.sandbox"]
     assert km.kernel_spec.interrupt_mode == "message"
 
 
 def test_without_bubblewrap_every_door_refuses_unless_told(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "_BWRAP_OK", False)
-    monkeypatch.delenv(protect.UNPROTECTED_ENV, raising=False)
+    monkeypatch.delenv(UNPROTECTED_ENV, raising=False)
     nb = nbformat.v4.new_notebook()
-    guard = protect.SandboxGuard()
-    with pytest.raises(protect.Refused, match="bubblewrap"):
+    guard = SandboxGuard()
+    with pytest.raises(Refused, match="bubblewrap"):
         guard.preprocess(nb, {})
-    from awb_grader.cohort import run_cohort
+    from awb_grader.cohort.run import run_cohort
 
-    with pytest.raises(protect.Refused, match="unprotected"):
+    with pytest.raises(Refused, match="unprotected"):
         run_cohort(tmp_path / "nothing.zip", tmp_path / "course", exercises=["05"], say=lambda *a: None)
     assert not (tmp_path / "course" / "gradebook.db").exists()       # refused before grading anything
     monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap")
-    nb, _ = protect.SandboxGuard(unprotected=True).preprocess(nb, {})
-    assert nb.metadata[protect.META]["sandbox"] == "limits"
-    assert nb.metadata[protect.META]["reasons"] == [protect.UNPROTECTED_NOTE]     # on the grade's own line
+    nb, _ = SandboxGuard(unprotected=True).preprocess(nb, {})
+    assert nb.metadata[META]["sandbox"] == "limits"
+    assert nb.metadata[META]["reasons"] == [UNPROTECTED_NOTE]     # on the grade's own line
     assert os.environ["AWB_SANDBOX_MODE"] == "limits"
-    with pytest.raises(protect.Refused, match="not the grading sandbox"):
-        protect.SandboxGuard(config=_config(kernel="python3")).preprocess(nb, {})
+    with pytest.raises(Refused, match="not the grading sandbox"):
+        SandboxGuard(config=_config(kernel="python3")).preprocess(nb, {})
 
 
 def test_a_student_nbgrader_created_gets_a_readable_name(tmp_path):
@@ -114,7 +121,7 @@ def test_a_student_nbgrader_created_gets_a_readable_name(tmp_path):
         gb.add_student("ben", first_name="Ben", last_name="Okafor")
     nb = nbformat.v4.new_notebook()
     for student in ("ada", "ben"):
-        protect.FlagSubmission().preprocess(nb, {"nbgrader": {"db_url": db, "student": student,
+        FlagSubmission().preprocess(nb, {"nbgrader": {"db_url": db, "student": student,
                                                               "assignment": A, "notebook": A}})
     with Gradebook(db) as gb:
         assert sorted((s.id, s.first_name, s.last_name) for s in gb.students) == [
@@ -132,7 +139,7 @@ def _config(kernel: str):
 
 
 def test_each_exercise_provides_only_what_its_import_cell_and_checks_use():
-    from awb_grader.provided import provided_modules
+    from awb_grader.isolation.provided import provided_modules
 
     p04, p06, p08 = (provided_modules(a) for a in ("04_queries_keys_values", "06_transformer_block", "08_train_a_gpt"))
     assert {"attention_workbook.checks.ex04", "attention_workbook.checks.battery.ex04"} <= p04
@@ -144,7 +151,7 @@ def test_each_exercise_provides_only_what_its_import_cell_and_checks_use():
 def test_the_provided_files_are_computed_once_per_exercise_for_the_launchers(monkeypatch):
     """The grading process announces the list (SandboxGuard); each kernel's launcher, a new
     process, reads it instead of reading the exercise again; the kernel itself never sees it."""
-    from awb_grader import provided
+    from awb_grader.isolation import provided
 
     monkeypatch.delenv(provided.PROVIDED_ENV, raising=False)
     A4 = "04_queries_keys_values"
@@ -248,7 +255,7 @@ def grade_through_every_door(tmp: Path, timeout: int = 20) -> dict[str, dict[str
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     doors["nbgrader autograde"] = {
         s: {"score": sc, "flagged": fl,
-            "reasons": protect.verdict_of(root / "autograded" / s / A / f"{A}.ipynb").get("reasons", [])}
+            "reasons": verdict_of(root / "autograded" / s / A / f"{A}.ipynb").get("reasons", [])}
         for s, (sc, fl) in _gradebook(root).items()}
 
     # 2-3. the grader's commands (one exercise, and the whole-cohort command)

@@ -2,16 +2,18 @@
 feedback says a hidden check failed, with a fixed sentence: none of the hidden check's code, seeds,
 case or expected values. The check's own message is kept for the instructor, in the autograded
 notebook's metadata. The hidden checks run outside the kernel, as they do for a student's upload
-(``holdout.HoldOutHiddenTests``); the kernel ran only the visible checks."""
+(``HoldOutHiddenTests``); the kernel ran only the visible checks."""
 
 import html
 import re
 
 import pytest
 
-from awb_grader import protect, verdict
 from awb_grader.catalog import edit
-from awb_grader.variants import error_text, grade_variants
+from awb_grader.core.metadata import META
+from awb_grader.core.outputs import error_text
+from awb_grader.devtools.variants import grade_variants
+from awb_grader.verdict import outside as verdict
 
 import peeking
 
@@ -30,7 +32,7 @@ def test_hidden_only_failure_feedback(tmp_path):
     nb = graded.autograded("student", A)
     for c in lost:
         assert error_text(nb, c).startswith(f"{verdict.HIDDEN_FAILED}: {verdict.HIDDEN_MESSAGE}"), error_text(nb, c)
-    meta = nb.metadata[protect.META]
+    meta = nb.metadata[META]
     assert meta["status"] == "ok" and meta["reasons"] == []       # a wrong answer, not a flag
     assert set(meta["hidden_failed"]) == lost and "hidden test:" in meta["hidden_failed"]["test_sdpa_values"]
     res = graded.course.generate_feedback(A, "student")

@@ -35,8 +35,10 @@ import test_browser
 from test_browser import jupyterlab, playwright_api
 from test_doors import A, _run, door_cases
 
-from awb_grader import protect, sandbox
-from awb_grader.formgrader_view import UNGRADABLE_TITLE
+from awb_grader.core.metadata import verdict_of
+from awb_grader.isolation.sandbox import UNPROTECTED_ENV
+from awb_grader.isolation import sandbox
+from awb_grader.core.gradebook import UNGRADABLE_TITLE
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared
 
@@ -83,7 +85,7 @@ def lab(graded, tmp_path_factory):
     root, _ = graded
     tmp = tmp_path_factory.mktemp("lab")
     # the course root is the working directory: formgrader reads its nbgrader_config.py from there
-    with jupyterlab(tmp, root, cwd=root, drop=(protect.UNPROTECTED_ENV,),
+    with jupyterlab(tmp, root, cwd=root, drop=(UNPROTECTED_ENV,),
                     PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}") as got:
         yield got
     print("JupyterLab's log:", tmp / "server.log")
@@ -183,7 +185,7 @@ def test_formgrader_autogrades_as_the_cohort_command_does(browser, lab, graded):
     # formgrader's button ran the protected autograde (the sandbox, the outside verdict), whose
     # reasons are the cohort command's, word for word
     for s in UI:
-        verdict = protect.verdict_of(root / "autograded" / s / A / f"{A}.ipynb")
+        verdict = verdict_of(root / "autograded" / s / A / f"{A}.ipynb")
         assert verdict["sandbox"] == "bwrap", verdict
         assert " | ".join(verdict["reasons"]) == flags[s]["reasons"], (s, verdict["reasons"], flags[s]["reasons"])
     print(f"formgrader in the browser: {time.monotonic() - t0:.1f} s (formgrader open {t_ready - t0:.1f} s, "

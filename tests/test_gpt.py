@@ -211,6 +211,41 @@ def test_presets_and_choice(monkeypatch):
     assert devices.amp_dtype("cpu", "fp32") is None and devices.amp_dtype("cuda", "fp16") == torch.float16
 
 
+def test_h100_fast_preset_is_large_gpu_trained_for_speed(monkeypatch):
+    """``h100-fast``: the ``large-gpu`` model with CUDA graphs, dropout 0.1 and a 700-step cosine (the
+    settings measured fastest, results/gpt_shakespeare.md); only by name."""
+    fast, large = presets.PRESETS["h100-fast"], presets.PRESETS["large-gpu"]
+    assert fast.model == replace(large.model, dropout=0.1) and large.model.dropout == 0.2
+    assert fast.compile == "reduce-overhead" and not large.compile
+    assert (fast.max_iters, fast.batch_size, fast.lr) == (700, large.batch_size, large.lr)
+    assert fast.warmup_iters < fast.max_iters < large.max_iters
+    assert presets.TrainConfig.from_dict(fast.to_dict()) == fast
+    fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3")
+    assert presets.choose_preset("cuda") == "large-gpu"              # never the automatic choice
+    assert presets.choose_preset("cuda", "h100-fast") == "h100-fast"
+
+
+@pytest.mark.parametrize("device,mode,calls", [("cuda", "reduce-overhead", 3), ("cuda", "max-autotune", 3),
+                                               ("cuda", True, 1), ("cuda", "default", 1),
+                                               ("cpu", "reduce-overhead", 1)])
+def test_compile_warmup_records_cuda_graphs_before_the_clock(monkeypatch, device, mode, calls):
+    """CUDA graphs are recorded on a compiled model's second call: in the modes that use them,
+    ``training.compiled`` makes three calls (forward + backward) before the clock starts, else one."""
+    seen = []
+
+    def fake_compile(model, **kw):
+        seen.append(kw)
+        return lambda x, y: (seen.append("call"), model(x, y))[1]
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)   # no GPU here: the model runs on the CPU
+    cfg = replace(presets.PRESETS["smoke"], compile=mode)
+    model = GPT.from_config(cfg.model)
+    data = torch.randint(65, (500,), generator=torch.Generator().manual_seed(0))
+    step_model, seconds = training.compiled(model, cfg, training.RunInfo(device=device), data, cfg.model.block_size)
+    assert seen[0] == ({"mode": mode} if isinstance(mode, str) else {}) and seen.count("call") == calls
+    assert all(p.grad is None for p in model.parameters()) and seconds >= 0
+
+
 def test_command_line_overrides():
     """One parser for --set KEY=VALUE (the training script and the GPU benchmark share it)."""
     got = presets.parse_overrides(["max_iters=500", "lr=3e-3", "compile=true", "d_ff=none", "precision=bf16",

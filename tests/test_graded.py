@@ -1,5 +1,5 @@
 """One source of truth for what is graded: attention_workbook/checks/graded.py is generated from
-the release notebooks' nbgrader metadata (awb_grader/graded_facts.py, run by `make release`),
+the release notebooks' nbgrader metadata (awb_grader/devtools/graded_facts.py, run by `make release`),
 and the battery, the own-work rules and the tests read it instead of repeating it by hand.
 
 * the committed module is what the committed release says (else: run `make release`);
@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from attention_workbook.checks import battery, graded, own
-from awb_grader import graded_facts
-from awb_grader.course import REPO, assignments
+from awb_grader.devtools import graded_facts
+from awb_grader.core.course import REPO, assignments
 
 
 def test_generated_module_matches_the_release():

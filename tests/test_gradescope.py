@@ -27,10 +27,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from awb_grader import catalog, gradescope, harness, sandbox
+from awb_grader import catalog
+from awb_grader.devtools import rehearsal
+from awb_grader.platforms import gradescope, harness
+from awb_grader.isolation import sandbox
 from awb_grader.catalog.shortcuts import shortcuts
-from awb_grader.course import EXERCISES
-from awb_grader.variants import solution_cells, student_notebook
+from awb_grader.core.course import EXERCISES
+from awb_grader.devtools.variants import solution_cells, student_notebook
 
 import peeking
 
@@ -115,7 +118,7 @@ def graded(tmp_path_factory):
         zf.extractall(root / "source")
     for p in ("setup.sh", "run_autograder"):
         (root / "source" / p).chmod(0o755)
-    setup = harness.contained(["bash", "/autograder/source/setup.sh"], {"/autograder": root},
+    setup = rehearsal.contained(["bash", "/autograder/source/setup.sh"], {"/autograder": root},
                               env={"AWB_SETUP_VENV": VENV}, keep=[VENV])
     assert setup["rc"] == 0, setup["stdout"][-3000:]
     shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")   # as Gradescope's image build does
@@ -127,7 +130,7 @@ def graded(tmp_path_factory):
         (root / "submission" / ("notebook.ipynb" if name == "broken" else f"{A}.ipynb")).write_bytes(data)
         # every run under the memory limit; the honest one (the time we report) under half a CPU too,
         # the others on the whole machine to keep the suite short
-        run = harness.contained(["/autograder/run_autograder"], {"/autograder": root}, memory_mb=GRADESCOPE_MB,
+        run = rehearsal.contained(["/autograder/run_autograder"], {"/autograder": root}, memory_mb=GRADESCOPE_MB,
                                 cpus=GRADESCOPE_CPUS if name == "honest" else None, timeout=GRADESCOPE_S + 60,
                                 keep=[VENV])
         p = root / "results" / "results.json"

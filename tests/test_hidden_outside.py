@@ -1,5 +1,5 @@
 """The course's own trusted notebooks (the catalog tests) run their hidden checks in the kernel
-(``holdout.HoldOutHiddenTests.trusted_in_kernel``); a student's upload runs them only outside its
+(``HoldOutHiddenTests.trusted_in_kernel``); a student's upload runs them only outside its
 process, through the replay and proxies (``verdict.recheck``). Both must give the same verdicts
 on the catalog. Where they could differ:
 
@@ -20,7 +20,8 @@ here: the code is the course's own).
 import pytest
 
 import nbrun
-from awb_grader import catalog, verdict
+from awb_grader import catalog
+from awb_grader.devtools.variants import check_solution
 from test_checks import HIDDEN_DECIDES
 
 SAMPLE = [(a, f"alternative-{alt.id}", dict(alt.cells)) for a in
@@ -40,7 +41,7 @@ def test_hidden_checks_give_the_same_verdicts_in_the_kernel_and_outside(assignme
     # the trusted kernel runs a test cell whole: the hidden part after the visible one passed
     local = {t: r.message is None for t, r in nbrun.run_tests(assignment, ns, earned, "hidden").items()}
     in_kernel = {t: visible[t] and local[t] for t in tests}
-    outside = verdict.check_solution(assignment, tmp_path, overrides=cells, cells=earned)
+    outside = check_solution(assignment, tmp_path, overrides=cells, cells=earned)
     assert not [v for v in outside.values() if v.startswith("unsupported")], outside
     outside_pass = {t: visible[t] and outside.get(t) == "pass" for t in tests}
     assert outside_pass == in_kernel, {t: outside.get(t) for t in tests if outside_pass[t] != in_kernel[t]}
@@ -55,8 +56,7 @@ A4 = "04_queries_keys_values"
 def _solution_notebook():
     import nbformat
 
-    from awb_grader.course import SOLUTIONS
-    from awb_grader.variants import solution_cells
+    from awb_grader.core.course import SOLUTIONS, solution_cells
 
     nb = nbformat.read(SOLUTIONS / A4 / f"{A4}.ipynb", as_version=4)
     sol = solution_cells(A4)
@@ -72,14 +72,15 @@ def _tests_of(nb):
 
 
 def test_the_kernel_gets_the_visible_checks_only_and_the_verdict_puts_the_cells_back():
-    from awb_grader import holdout, protect
+    from awb_grader.core.metadata import META
+    from awb_grader.core.preprocessors import hold_out_hidden as holdout
 
     nb = _solution_notebook()
     before = {c.metadata.nbgrader.grade_id: c.source for c in _tests_of(nb)}
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
     answer.source += "\n### BEGIN HIDDEN TESTS\n# the student's own text\n### END HIDDEN TESTS\n"
     mine = answer.source
-    nb.metadata[protect.META] = {"status": "ok", "reasons": [], "withheld": {}, "sandbox": "bwrap"}
+    nb.metadata[META] = {"status": "ok", "reasons": [], "withheld": {}, "sandbox": "bwrap"}
     resources = {}
     nb, resources = holdout.HoldOutHiddenTests().preprocess(nb, resources)
     for c in _tests_of(nb):
@@ -103,13 +104,16 @@ def _verdict(monkeypatch, tmp_path, answer_extra=""):
     """OutsideVerdict on the solution of 04 (no kernel: every test cell earned), its hidden checks'
     verdicts replaced: two fail with a message full of internals, one could not be re-checked
     (the student's process said something on its way out)."""
-    from awb_grader import holdout, protect, verdict
+    from awb_grader.core.metadata import META
+    from awb_grader.core.preprocessors import hold_out_hidden as holdout
+    from awb_grader.core.preprocessors.outside_verdict import OutsideVerdict
+    from awb_grader.verdict import outside as verdict
 
     nb = _solution_notebook()
     if answer_extra:
         c = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
         c.source += answer_extra
-    nb.metadata[protect.META] = {"status": "ok", "reasons": [], "withheld": {}, "sandbox": "bwrap"}
+    nb.metadata[META] = {"status": "ok", "reasons": [], "withheld": {}, "sandbox": "bwrap"}
     resources = {"nbgrader": {"assignment": A4}, "metadata": {"path": str(tmp_path)}}
     nb, resources = holdout.HoldOutHiddenTests().preprocess(nb, resources)
 
@@ -121,13 +125,13 @@ def _verdict(monkeypatch, tmp_path, answer_extra=""):
         return out, {}
 
     monkeypatch.setattr(verdict, "recheck", recheck)
-    nb, _ = protect.OutsideVerdict().preprocess(nb, resources)
+    nb, _ = OutsideVerdict().preprocess(nb, resources)
     shown = {c.metadata.nbgrader.grade_id: [o.get("evalue", "") for o in c.outputs] for c in _tests_of(nb)}
-    return nb.metadata[protect.META], shown
+    return nb.metadata[META], shown
 
 
 def test_a_failing_hidden_check_is_a_wrong_answer_with_a_fixed_sentence(monkeypatch, tmp_path):
-    from awb_grader import verdict
+    from awb_grader.verdict import outside as verdict
 
     meta, shown = _verdict(monkeypatch, tmp_path)
     assert shown["test_sdpa_values"] == shown["test_sdpa_causal"] == [verdict.HIDDEN_MESSAGE]
@@ -140,7 +144,7 @@ def test_a_failing_hidden_check_is_a_wrong_answer_with_a_fixed_sentence(monkeypa
 
 
 def test_a_failing_hidden_check_where_the_code_touches_the_machinery_is_flagged(monkeypatch, tmp_path):
-    from awb_grader import verdict
+    from awb_grader.verdict import outside as verdict
 
     meta, shown = _verdict(monkeypatch, tmp_path, "\nimport torch\ntorch.allclose = lambda *a, **k: True\n")
     assert shown["test_sdpa_values"] == [verdict.PATCHED_MESSAGE]

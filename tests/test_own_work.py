@@ -17,11 +17,12 @@ import torch
 import torch.nn as nn
 
 from attention_workbook.checks import own
-from awb_grader import catalog, delegation, verdict
+from awb_grader import catalog
+from awb_grader.verdict import delegation, outside as verdict
 from awb_grader.catalog.shortcuts import shortcuts
-from awb_grader.course import SOLUTIONS, assignments
+from awb_grader.core.course import SOLUTIONS, assignments
 from awb_grader.hidden import _adapter as A
-from awb_grader.variants import solution_cells
+from awb_grader.devtools.variants import solution_cells
 
 RO = [
     "import attention_workbook",

@@ -8,11 +8,12 @@ import nbformat
 import pytest
 
 from awb_grader import catalog
-from awb_grader.course import EXERCISES, Course
-from awb_grader.parallel import Task, grade_parallel, gradebook_dump
-from awb_grader.pipeline import grade_submissions
-from awb_grader.variants import student_notebook
-from awb_grader.warm import warm_kernels
+from awb_grader.core.course import EXERCISES, Course
+from awb_grader.cohort.parallel import Task, grade_parallel
+from awb_grader.devtools.compare import gradebook_dump
+from awb_grader.cohort.pipeline import grade_submissions
+from awb_grader.devtools.variants import student_notebook
+from awb_grader.devtools.warm import warm_kernels
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
@@ -69,16 +70,16 @@ def test_parallel_shards_give_the_sequential_gradebook_and_csv(tmp_path):
 
 
 def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_path, monkeypatch):
-    """The main process merges each result as it comes back (``parallel.merge_one``): the
+    """The main process merges each result as it comes back (``cohort.merge.merge_one``): the
     worker's record of the submission lands in the main gradebook unchanged; a grade that cannot
     be recorded flags that student (to grade again: no autograded copy is kept), not the batch."""
     import shutil
 
     from nbgrader.api import Gradebook
 
-    from awb_grader import parallel
-    from awb_grader.course import nbgrader_quirks_silenced
-    from awb_grader.pipeline import Record
+    from awb_grader.cohort import merge
+    from awb_grader.core.gradebook import nbgrader_quirks_silenced, submission_data
+    from awb_grader.core.records import Record
 
     main = Course(tmp_path / "main", release_dir=tmp_path / "main" / "release")
     main.generate_assignment(A)
@@ -97,20 +98,20 @@ def test_merge_records_a_submission_or_flags_it_and_keeps_the_batch_going(tmp_pa
             for step in ("autograded", "feedback"):
                 (shard / step / s / A).mkdir(parents=True)
                 (shard / step / s / A / "x.txt").write_text(s)
-            results[s] = Record(A, s, worker=0, gradebook=parallel.submission_data(src, A, s))
+            results[s] = Record(A, s, worker=0, gradebook=submission_data(src, A, s))
     expected = [x for x in gradebook_dump(f"sqlite:///{shard / 'gradebook.db'}") if x[1] == "ada"]
 
-    real = parallel.store_submission
+    real = merge.store_submission
 
     def store(gb, assignment, student, data):
         if student == "bob":
             raise OSError("disk full")
         return real(gb, assignment, student, data)
 
-    monkeypatch.setattr(parallel, "store_submission", store)
+    monkeypatch.setattr(merge, "store_submission", store)
     with Gradebook(main.db) as gb:
         for s in ("ada", "bob"):
-            parallel.merge_one(main, results[s], gb)
+            merge.merge_one(main, results[s], gb)
 
     assert [x for x in gradebook_dump(main.db) if x[1] == "ada"] == expected
     assert not [x for x in gradebook_dump(main.db) if x[1] == "bob"]

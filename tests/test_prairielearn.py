@@ -15,7 +15,9 @@ import shutil
 
 import pytest
 
-from awb_grader import harness, prairielearn, sandbox
+from awb_grader.devtools import rehearsal
+from awb_grader.platforms import harness, prairielearn
+from awb_grader.isolation import sandbox
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
 
 import peeking
@@ -63,7 +65,7 @@ def graded(tmp_path_factory):
         shutil.copytree(q / "tests", grade / "tests")
         (grade / "student").mkdir()
         (grade / "student" / f"{A}.ipynb").write_bytes(data)
-        run = harness.contained(["/grade/serverFilesCourse/awb/run_prairielearn"], {"/grade": grade},
+        run = rehearsal.contained(["/grade/serverFilesCourse/awb/run_prairielearn"], {"/grade": grade},
                                 env={"AWB_PYTHON": os.path.join(VENV, "bin", "python")}, timeout=PL_TIMEOUT_S,
                                 keep=[VENV])
         p = grade / "results" / "results.json"

@@ -7,8 +7,8 @@ import nbformat
 import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
-from awb_grader import release
-from awb_grader.course import EXERCISES, SOLUTIONS, Course, assignments
+from awb_grader.devtools import release
+from awb_grader.core.course import EXERCISES, SOLUTIONS, Course, assignments
 
 ASSIGNMENTS = assignments()
 

@@ -16,10 +16,14 @@ import csv
 import nbformat
 import pytest
 
-from awb_grader import catalog, cohort, sandbox, verdict
+from awb_grader import catalog
+from awb_grader.cohort import run as cohort
+from awb_grader.isolation import sandbox
+from awb_grader.verdict import outside as verdict
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
-from awb_grader.course import EXERCISES
-from awb_grader.variants import error_text, solution_cells, student_notebook
+from awb_grader.core.course import EXERCISES
+from awb_grader.core.outputs import error_text
+from awb_grader.devtools.variants import solution_cells, student_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 EXERCISE_IDS = ["04", "05", "06", "07", "08", "09"]

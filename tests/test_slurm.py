@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from awb_grader import sandbox, shards, synth
-from awb_grader.course import EXERCISES, REPO
-from awb_grader.parallel import gradebook_dump
+from awb_grader.isolation import sandbox
+from awb_grader.cohort import shards
+from awb_grader.devtools import synth
+from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.devtools.compare import gradebook_dump
 
 A = "04_queries_keys_values"
 
@@ -55,8 +57,9 @@ def test_slices_are_deterministic_and_cover_the_cohort_once():
 def test_cohort_shard_flag_sets_the_shard_root(monkeypatch):
     from types import SimpleNamespace
 
-    from awb_grader import __main__ as cli, cohort
-    from awb_grader.course import COHORT_ROOT
+    from awb_grader import __main__ as cli
+    from awb_grader.cohort import run as cohort
+    from awb_grader.core.course import COHORT_ROOT
 
     seen, graded = {}, [["a record"]]
 

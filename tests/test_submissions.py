@@ -5,9 +5,10 @@ import json
 import nbformat
 import pytest
 
-from awb_grader.course import EXERCISES
-from awb_grader.submissions import FLAGGED, OK, REPAIRED, UNGRADABLE, inspect_notebook
-from awb_grader.variants import student_notebook
+from awb_grader.core.course import EXERCISES
+from awb_grader.cohort.submissions import inspect_notebook
+from awb_grader.core.records import FLAGGED, OK, REPAIRED, UNGRADABLE
+from awb_grader.devtools.variants import student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"

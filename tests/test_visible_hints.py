@@ -23,8 +23,8 @@ import pytest
 import nbrun
 from attention_workbook.checks import CheckFailed
 from awb_grader import catalog
-from awb_grader.course import REPO, SOLUTIONS, assignments
-from awb_grader.variants import solution_cells
+from awb_grader.core.course import REPO, SOLUTIONS, assignments
+from awb_grader.devtools.variants import solution_cells
 
 
 def run_cells(assignment: str, overrides: dict[str, str], hidden: bool = False,

@@ -1,4 +1,4 @@
-"""Warm grading kernels (``awb_grader.warm``): forked from a process with PyTorch imported, they
+"""Warm grading kernels (``awb_grader.devtools.warm``): forked from a process with PyTorch imported, they
 must grade exactly as nbgrader's default kernel does, and behave as a kernel of its own."""
 
 import os
@@ -10,8 +10,8 @@ import pytest
 from nbclient import NotebookClient
 
 from awb_grader import catalog
-from awb_grader.variants import grade_variants
-from awb_grader.warm import KERNEL_NAME, warm_kernels
+from awb_grader.devtools.variants import grade_variants
+from awb_grader.devtools.warm import KERNEL_NAME, warm_kernels
 
 A = "04_queries_keys_values"
 pytestmark = pytest.mark.slow   # every test here starts kernels
@@ -142,7 +142,8 @@ def test_nothing_is_left_running(tmp_path):
                     return True
             return False
 
-        return {pid: a for pid, a in args.items() if mine(pid) and ("awb_grader.warm" in a or "ipykernel" in a)}
+        return {pid: a for pid, a in args.items()
+                if mine(pid) and ("awb_grader.devtools.warm" in a or "ipykernel" in a)}
 
     with warm_kernels():
         _run(["print(1)"], tmp_path)  # a notebook's kernel: ends with it

@@ -25,8 +25,11 @@ from .core import (CheckFailed, call, close, expect_shape, expect_tensor, first_
 LECTURE = "lectures/09_attention_at_scale.ipynb"
 SEC_CACHE = f"lecture 09, section 2 'The key/value cache' ({LECTURE}#kv-cache)"
 SEC_ONLINE = f"lecture 09, section 3 'Online softmax and tiled attention' ({LECTURE}#online-softmax)"
+SEC_MASKED = f"lecture 09, section 3, 'Masked tiles and -inf' ({LECTURE}#masked-tiles)"
+SEC_FLASH = f"lecture 09, section 3, 'Tiled attention' ({LECTURE}#tiled)"
 SEC_GQA = f"lecture 09, section 4 'Multi-query and grouped-query attention' ({LECTURE}#gqa)"
 SEC_ROPE = f"lecture 09, section 5 'Rotary position embeddings' ({LECTURE}#rope)"
+SEC_ROPE_LAYOUTS = f"lecture 09, section 5, 'Two layouts of the pairs' ({LECTURE}#rope-layouts)"
 SEC_LOCAL = f"lecture 09, section 6 'Local attention and low-rank keys' ({LECTURE}#local)"
 
 NO_SOFTMAX = ("write the one-pass softmax yourself: torch.softmax, F.softmax, log_softmax and logsumexp are off "
@@ -55,8 +58,8 @@ def online_variants(x: torch.Tensor, block: int) -> dict[str, torch.Tensor]:
     out = {}
     n = x.size(-1)
 
-    def run(rescale="right", full=True, stable=True, guard_inf=True):
-        m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=torch.float64)
+    def run(rescale="right", full=True, stable=True, guard_inf=True, start=float("-inf")):
+        m = torch.full(x.shape[:-1] + (1,), start, dtype=torch.float64)
         l = torch.zeros_like(m)
         xd = x.double()
         stop = n if full else (n // block) * block
@@ -71,6 +74,7 @@ def online_variants(x: torch.Tensor, block: int) -> dict[str, torch.Tensor]:
 
     with torch.no_grad():
         # (an all-nan output matches several: those right on small finite inputs come first)
+        out["the running maximum starts at 0"] = run(start=0.0)
         out["no running maximum is subtracted"] = run(stable=False)
         out["nan where a whole block is -inf"] = run(guard_inf=False)
         out["the running sum is not rescaled when the maximum changes"] = run(rescale="none")
@@ -78,6 +82,11 @@ def online_variants(x: torch.Tensor, block: int) -> dict[str, torch.Tensor]:
         out["the last, shorter block is skipped"] = run(full=False)
         out["softmax over the wrong axis"] = x.double().softmax(dim=0) if x.dim() > 1 else x.double() * float("nan")
     return out
+
+
+_TILE_NAN = ("nan where a whole tile is masked: for a query whose keys in one tile are all masked, the running maximum "
+             "is still -inf after that tile, and exp(-inf - (-inf)) is nan; subtract (and rescale by) 0 while the "
+             "maximum is -inf, as in online_softmax")
 
 
 def tiled_variants(q, k, v, mask, block) -> dict[str, torch.Tensor]:
@@ -123,7 +132,7 @@ def tiled_variants(q, k, v, mask, block) -> dict[str, torch.Tensor]:
             "the last, shorter tile of keys is skipped": run(full=False),
             "the mask is ignored": run(use_mask=False),
             "the mask is inverted (True must mean: may attend)": run(invert=True),
-            "nan where a whole tile is masked": run(guard_inf=False),
+            _TILE_NAN: run(guard_inf=False),
         }
 
 
@@ -225,17 +234,58 @@ def _online(fn, x, block):                         # block None: left at its def
     return expect_tensor(out, "online_softmax", SEC_ONLINE)
 
 
+def value_details(out: torch.Tensor, want: torch.Tensor, what: str, tol: str = "1e-5") -> list[str]:
+    """What differs: the nan (or inf) entries where the answer has none, by row, else the largest difference."""
+    bad = (torch.isnan(out) | torch.isinf(out)) & torch.isfinite(want)
+    if not bool(bad.any()):
+        return [f"max |yours - {what}| = {max_abs_diff(out, want):.3g} (tolerance {tol})"]
+    rows = bad.reshape(-1, out.size(-1)).any(-1).nonzero().flatten().tolist() if out.dim() else [0]
+    kind = "nan" if bool(torch.isnan(out[bad]).any()) else "inf"
+    where = (f"in row{'s' if len(rows) > 1 else ''} {rows[:6]}{' ...' if len(rows) > 6 else ''} (every row of "
+             "every batch counted in order)" if out.dim() > 1 else "")
+    return [f"{int(bad.sum())} of {out.numel()} entries are {kind} {where}".rstrip()
+            + f", where {what} has finite values"]
+
+
+def _blocks_all_inf(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Per row (..., ): does some block x[..., s:s + block] consist only of -inf?"""
+    dead = torch.zeros(x.shape[:-1], dtype=torch.bool)
+    for s in range(0, x.size(-1), block):
+        dead |= torch.isneginf(x[..., s:s + block]).all(-1)
+    return dead
+
+
+def name_online_nan(out, x, block) -> str | None:
+    """Name a nan the variants did not reproduce exactly, by where it is: rows with a block of
+    -inf (no guard for a maximum still at -inf), or rows far below 0 (a maximum started at 0)."""
+    if x.dim() == 0 or x.numel() == 0:
+        return None
+    nan_rows = torch.isnan(out.detach()).any(-1)
+    if not bool(nan_rows.any()):
+        return None
+    if bool((nan_rows & ~_blocks_all_inf(x, block)).any()) is False:
+        return "nan where a whole block is -inf"
+    if bool((x.amax(-1)[nan_rows] < -80).all()):            # exp(-80) ~ 1e-35: float32 underflows soon after
+        return "the running maximum starts at 0"
+    return None
+
+
 def _online_case(fn, x, block, what):
     out = _online(fn, x, block)
     want = torch.softmax(x.double(), dim=-1).to(x.dtype)
     expect_shape(out, x.shape, f"online_softmax on {what}", reread=SEC_ONLINE,
                  hint="the softmax has the shape of its input: reduce over the last axis, keep m and l as (..., 1)")
     if not close(out, want, atol=1e-5):
-        name = first_match(out.double(), _dedupe(want, online_variants(x, block)), atol=1e-5)
-        raise CheckFailed(f"online_softmax({what}, block={block}) has the wrong values", reread=SEC_ONLINE,
+        name = first_match(out.double(), _dedupe(want, online_variants(x, block)), atol=1e-5) \
+            or name_online_nan(out, x, block)
+        raise CheckFailed(f"online_softmax({what}, block={block}) has the wrong values",
+                          reread=SEC_MASKED if name in _MASKED_NAMES else SEC_ONLINE,
                           hint=_ONLINE_HINTS.get(name, "walk the last axis block by block; when the maximum rises, "
                                                  "multiply the sum so far by exp(old max - new max)"),
-                          details=[f"max |yours - softmax| = {max_abs_diff(out, want):.3g} (tolerance 1e-5)"])
+                          details=value_details(out, want, "the softmax"))
+
+
+_MASKED_NAMES = ("nan where a whole block is -inf", "the running maximum starts at 0")
 
 
 _ONLINE_HINTS = {
@@ -253,6 +303,10 @@ _ONLINE_HINTS = {
     "nan where a whole block is -inf":
         "nan where a whole block is -inf: while the running maximum is still -inf, exp(-inf - (-inf)) is nan; "
         "rescale (and subtract) only once a finite maximum exists",
+    "the running maximum starts at 0":
+        "the running maximum starts at 0 instead of -inf: for a row far below 0, like [-1000, -1001, -1002], the "
+        "maximum then stays 0, every exp(x - 0) underflows to 0, and 0 / 0 is nan; start m at -inf (and guard the "
+        "-inf - (-inf) case)",
     "softmax over the wrong axis": "softmax over the wrong axis: reduce over the last axis (dim=-1) of (..., n)",
 }
 
@@ -286,6 +340,12 @@ def online_one_pass(online_softmax, x, block, default=False) -> None:
         _online(online_softmax, x, None if default else block)
     r = watch.report()
     what = f"online_softmax(x {tuple(x.shape)}{'' if default else f', block={block}'})"
+    if not default and r["widest"] < block:       # one entry per step, or blocks of a fixed size
+        widest = f"its widest max or sum spans {r['widest']}" if r["widest"] else "it takes no max or sum"
+        raise CheckFailed(f"{what} never reduces over {block} entries at once: {widest}", reread=SEC_ONLINE,
+                          hint="the block argument is ignored: walk the last axis block entries at a time, "
+                               "x[..., s:s + block] for s = 0, block, 2 block, ..., and take each block's max and "
+                               "sum in one step")
     if default and r["widest"] != block:          # (a two-pass softmax failed the call with a block before)
         raise CheckFailed(f"{what} without a block argument reads blocks of {r['widest']} entries", reread=SEC_ONLINE,
                           hint=f"block={block} is the default the signature gives: leave it as it is")
@@ -311,35 +371,76 @@ def online_softmax_edge(online_softmax) -> None:
     x[1, 3:6] = float("-inf")
     x[2, ::2] = float("-inf")
     _online_case(online_softmax, x, 3, "x (3, 9) with -inf entries and a first block that is all -inf")
-    passed("online_softmax: a shorter last block, block > n, values around 1000 and blocks of -inf all work")
+    low = torch.tensor([[-1000.0, -1001.0, -1002.0, -1000.5, -1003.0], [-2.0, -1.0, -3.0, -0.5, -4.0]])
+    _online_case(online_softmax, low, 2, "x (2, 5): a row around -1000 (every entry far below 0)")
+    passed("online_softmax: a shorter last block, block > n, values around 1000 and -1000, and blocks of -inf all work")
 
 
 # ----------------------------------------------------------------------------------------
 # tiled_attention
 # ----------------------------------------------------------------------------------------
-def _tiled(fn, q, k, v, mask, block, what):
+def _tiled_call(fn, q, k, v, mask, block):
     kw = {} if mask is None else {"mask": mask}
+    with forbid(tiled_builtins(), NO_SDPA):
+        return call(fn, q, k, v, block=block, name="tiled_attention", reread=SEC_ONLINE, **kw)
+
+
+def _runs(fn, q, k, v, mask, block) -> bool:
     try:
-        with forbid(tiled_builtins(), NO_SDPA):
-            out = call(fn, q, k, v, block=block, name="tiled_attention", reread=SEC_ONLINE, **kw)
+        _tiled_call(fn, q, k, v, mask, block)
+    except CheckFailed:
+        return False
+    return True
+
+
+MASK_TILES = ("it fails only when given a mask: the mask is (Tq, Tk) or anything that broadcasts to (..., Tq, Tk) "
+              "(a padding mask (B, 1, 1, Tk) too); broadcast it to (..., Tq, Tk) first, then take each tile's "
+              "columns from the end, mask[..., s:s + block]")
+
+
+def _tiled(fn, q, k, v, mask, block, what):
+    try:
+        out = _tiled_call(fn, q, k, v, mask, block)
     except CheckFailed as e:
-        if " raised " not in e.title or q.dim() == 4:
-            raise
-        raise CheckFailed(f"tiled_attention on {what}: {e.title}", reread=SEC_ONLINE, student_tb=e.student_tb,
-                          details=e.details,
-                          hint=f"q, k and v may have 0, 1 or 2 leading axes (this call: {q.dim() - 2}): index and "
-                               "transpose from the end (..., -2, -1), never by a fixed position") from None
+        # name a crash by what makes it go away: no mask, or two leading axes (q, k, v lifted to 4-D,
+        # the mask as it is); otherwise it stays the error it is
+        hint, extra = e.hint, []
+        if " raised " in e.title:
+            lift = lambda t: t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
+            if mask is not None and _runs(fn, q, k, v, None, block):
+                hint, extra = MASK_TILES, [f"the same q, k, v without the mask {tuple(mask.shape)} run"]
+            elif q.dim() < 4 and _runs(fn, lift(q), lift(k), lift(v), mask, block):
+                hint = (f"q, k and v may have 0, 1 or 2 leading axes (this call: {q.dim() - 2}): index and "
+                        "transpose from the end (..., -2, -1), never by a fixed position")
+                extra = ["the same inputs with two leading axes of size 1 run"]
+        raise CheckFailed(f"tiled_attention on {what}: {e.title}", reread=e.reread, student_tb=e.student_tb,
+                          details=e.details + extra, hint=hint) from None
     out = expect_tensor(out, "tiled_attention", SEC_ONLINE)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     expect_shape(out, want.shape, f"tiled_attention on {what}", reread=SEC_ONLINE,
                  hint="the output is (..., Tq, dv): one row per query, as wide as the values")
     if not close(out, want, atol=1e-5):
         name = first_match(out.double(), _dedupe(want, tiled_variants(q, k, v, mask, block)), atol=1e-5)
+        if name is None and mask is not None and bool(torch.isnan(out).any()):
+            name = name_tiled_nan(out, q, k, mask, block)
         hint = name or ("per tile: scores, running max, rescale both l and acc by exp(old max - new max), add the "
                         "tile's exp(scores - max) and exp(scores - max) @ v; divide acc by l once at the end")
-        raise CheckFailed(f"tiled_attention on {what}, block={block}, has the wrong values", reread=SEC_ONLINE,
-                          hint=hint, details=[f"max |yours - SDPA| = {max_abs_diff(out, want):.3g} (tolerance 1e-5)"])
+        raise CheckFailed(f"tiled_attention on {what}, block={block}, has the wrong values",
+                          reread=SEC_MASKED if name == _TILE_NAN else SEC_FLASH,
+                          hint=hint, details=value_details(out, want, "SDPA"))
     return out
+
+
+def name_tiled_nan(out, q, k, mask, block) -> str | None:
+    """nan only in query rows that have a tile of keys masked entirely: the -inf guard is missing."""
+    Tq, Tk = q.size(-2), k.size(-2)
+    full = mask.expand(*mask.shape[:-2], Tq, Tk)
+    dead = torch.zeros(full.shape[:-1], dtype=torch.bool)                  # (..., Tq)
+    for s in range(0, Tk, block):
+        dead = dead | (~full[..., s:s + block]).all(-1)
+    nan_rows = torch.isnan(out).any(-1)                                    # (..., Tq)
+    dead = dead.expand(torch.broadcast_shapes(dead.shape, nan_rows.shape))
+    return _TILE_NAN if bool(nan_rows.any()) and not bool((nan_rows & ~dead).any()) else None
 
 
 def tiled_attention_values(tiled_attention) -> None:
@@ -567,20 +668,47 @@ def rope_oracle(x: torch.Tensor, positions: torch.Tensor | None = None, base: fl
     return torch.view_as_real(z * rot).reshape(x.shape)
 
 
+ROPE_HALF = "pairs x[i] with x[i + d/2]: this exercise rotates ADJACENT pairs (x[2i], x[2i+1])"
+ROPE_MIXED = "the frequencies do not match the pairs"
+ROPE_SHIFTED = "the frequencies are off by one"
+
+
 def rope_variants(x, positions=None, base=10000.0) -> dict[str, torch.Tensor]:
     T, d = x.shape[-2:]
     pos = (torch.arange(T) if positions is None else positions).double()
     xd = x.double()
     out = {}
-    # pairs (i, i + d/2)
-    ang = pos[:, None] * torch.tensor([base ** (-2 * i / d) for i in range(d // 2)], dtype=torch.float64)
+    theta = torch.tensor([base ** (-2 * i / d) for i in range(d // 2)], dtype=torch.float64)     # (d/2,)
+    # pairs (i, i + d/2): the half-split layout (Hugging Face's rotate_half, GPT-NeoX)
+    ang = pos[:, None] * theta
     a, b = xd[..., :d // 2], xd[..., d // 2:]
-    out["pairs x[i] with x[i + d/2]: this exercise rotates ADJACENT pairs (x[2i], x[2i+1])"] = torch.cat(
-        [a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], -1)
-    ang_i = pos[:, None] * torch.tensor([base ** (-i / d) for i in range(d // 2)], dtype=torch.float64)
+    out[ROPE_HALF + " (the half-split layout of Hugging Face's rotate_half and GPT-NeoX is another convention)"] = \
+        torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], -1)
+    # the two layouts mixed: one layout's pairs, the other layout's angles
+    adjacent_rot = torch.stack([-xd[..., 1::2], xd[..., 0::2]], -1).flatten(-2)             # (-x1, x0, -x3, x2, ...)
+    half_rot = torch.cat([-b, a], -1)                                                        # (-x[d/2:], x[:d/2])
+    tiled, inplace = ang.repeat(1, 2), ang.repeat_interleave(2, dim=-1)                      # (T, d) angles
+    out[ROPE_MIXED + ": with adjacent pairs, both entries of pair i turn by the same angle p * theta_i, so the d "
+        "angles read theta_0, theta_0, theta_1, theta_1, ... (each repeated in place); theta_0 .. theta_(d/2-1) "
+        "written twice one after the other belongs to the half-split layout"] = \
+        xd * tiled.cos() + adjacent_rot * tiled.sin()
+    out[ROPE_MIXED + ": x[i] is paired with x[i + d/2] (the half-split layout) while the angles are laid out for "
+        "adjacent pairs (theta_0, theta_0, theta_1, ...); this exercise rotates the adjacent pairs (x[2i], x[2i+1]), "
+        "both entries of pair i by p * theta_i"] = xd * inplace.cos() + half_rot * inplace.sin()
     z = torch.view_as_complex(xd.reshape(*x.shape[:-1], d // 2, 2).contiguous())
-    out["wrong frequencies: theta_i = base ** (-2i / d), with 2i (the index of the pair's first entry), "
-        "not i"] = torch.view_as_real(z * torch.polar(torch.ones_like(ang_i), ang_i)).reshape(x.shape)
+    for name, exps in (("wrong frequencies: theta_i = base ** (-2i / d), with 2i (the index of the pair's first "
+                        "entry), not i", [-i / d for i in range(d // 2)]),
+                       (ROPE_SHIFTED + ": the paper writes theta_k = base ** (-2(k - 1) / d) with k counted from 1; "
+                        "with i = 0 .. d/2 - 1 that is base ** (-2i / d), so pair 0 turns by exactly p radians "
+                        "(theta_0 = 1)", [-(2 * i + 1) / d for i in range(d // 2)]),
+                       (ROPE_SHIFTED + ": the paper writes theta_k = base ** (-2(k - 1) / d) with k counted from 1; "
+                        "with i = 0 .. d/2 - 1 that is base ** (-2i / d), not base ** (-2(i - 1) / d)",
+                        [-2 * (i - 1) / d for i in range(d // 2)]),
+                       (ROPE_SHIFTED + ": theta_i = base ** (-2i / d) for i = 0 .. d/2 - 1, so pair 0 turns by "
+                        "exactly p radians (theta_0 = 1), not base ** (-2(i + 1) / d)",
+                        [-2 * (i + 1) / d for i in range(d // 2)])):
+        ang_i = pos[:, None] * torch.tensor([base ** e for e in exps], dtype=torch.float64)
+        out[name] = torch.view_as_real(z * torch.polar(torch.ones_like(ang_i), ang_i)).reshape(x.shape)
     out["rotates clockwise: the second entry of a pair gets x_2i sin + x_2i+1 cos, the first "
         "x_2i cos - x_2i+1 sin"] = rope_oracle(x, -pos.long() if positions is None else -positions, base)
     out["the base argument is ignored"] = rope_oracle(x, positions, 10000.0)
@@ -588,17 +716,32 @@ def rope_variants(x, positions=None, base=10000.0) -> dict[str, torch.Tensor]:
     return out
 
 
+ROPE_D2 = ("d = 2 is a single pair (x[0], x[1]) turning by p * theta_0 = p radians (theta_0 = base ** 0 = 1): "
+           "nothing may assume more than one pair (a squeeze() of the pair axis, a division by d/2 - 1, ...)")
+
+
 def _rope(fn, x, what, **kw):
-    out = call(fn, x.clone(), name="apply_rope", reread=SEC_ROPE, **kw)
+    d = x.size(-1)
+    try:
+        out = call(fn, x.clone(), name="apply_rope", reread=SEC_ROPE, **kw)
+    except CheckFailed as e:
+        if d != 2 or " raised " not in e.title:
+            raise
+        raise CheckFailed(f"apply_rope on {what}: {e.title}", reread=SEC_ROPE, student_tb=e.student_tb,
+                          details=e.details, hint=ROPE_D2) from None
     out = expect_tensor(out, "apply_rope", SEC_ROPE)
-    expect_shape(out, x.shape, f"apply_rope on {what}", reread=SEC_ROPE, hint="return the shape of x: (..., T, d)")
+    expect_shape(out, x.shape, f"apply_rope on {what}", reread=SEC_ROPE,
+                 hint="return the shape of x: (..., T, d)" + ("; " + ROPE_D2 if d == 2 else ""))
     want = rope_oracle(x, kw.get("positions"), kw.get("base", 10000.0)).to(x.dtype)
     if not close(out, want, atol=1e-5):
         name = first_match(out.double(), _dedupe(want, rope_variants(x, kw.get("positions"), kw.get("base", 10000.0))),
                            atol=1e-5)
-        raise CheckFailed(f"apply_rope on {what} has the wrong values", reread=SEC_ROPE,
-                          hint=name or "rotate pair (x[2i], x[2i+1]) at position p by p * base ** (-2i / d)",
-                          details=[f"max |yours - expected| = {max_abs_diff(out, want):.3g} (tolerance 1e-5)"])
+        layouts = name is not None and name.startswith((ROPE_HALF, ROPE_MIXED))
+        raise CheckFailed(f"apply_rope on {what} has the wrong values",
+                          reread=SEC_ROPE_LAYOUTS if layouts else SEC_ROPE,
+                          hint=name or (ROPE_D2 if d == 2 else
+                                        "rotate pair (x[2i], x[2i+1]) at position p by p * base ** (-2i / d)"),
+                          details=value_details(out, want, "expected"))
     return out
 
 
@@ -609,7 +752,10 @@ def apply_rope_values(apply_rope) -> None:
     _rope(apply_rope, torch.randn(2, 5, 4, generator=g), "x (2, 5, 4)")
     _rope(apply_rope, torch.randn(2, 3, 7, 16, generator=g), "x (2, 3, 7, 16)")
     _rope(apply_rope, torch.randn(2, 9, 8, generator=g), "x (2, 9, 8) with base=100.0", base=100.0)
-    passed("apply_rope: adjacent pairs rotated by position * base ** (-2i / d), any leading axes and base")
+    _rope(apply_rope, torch.randn(5, 2, generator=g), "x (5, 2): d = 2, one pair")
+    _rope(apply_rope, torch.randn(3, 1, 6, generator=g), "x (3, 1, 6): T = 1")
+    passed("apply_rope: adjacent pairs rotated by position * base ** (-2i / d), any leading axes and base, d = 2 "
+           "and T = 1 too")
 
 
 def apply_rope_positions(apply_rope) -> None:
@@ -709,13 +855,17 @@ def tiny_gpt(seed: int, vocab_size=23, block_size=24, n_layer=2, n_head=4, d_mod
 
 @torch.no_grad()
 def cached_variant(model, idx, n, temperature=1.0, top_k=None, generator=None, *, restart=False, replace=False,
-                   causal=True):
-    """A cached generate with one of the classic bugs switched on (for naming a wrong output)."""
+                   causal=True, counted=False, greedy_zero=True):
+    """A cached generate with one of the classic bugs switched on (for naming a wrong output).
+    ``causal``: True (causal prefill only), False (never) or "always" (is_causal=True at every step too);
+    ``counted``: positions from a counter of the tokens fed, not from the cache's length."""
     cache = [[None, None] for _ in model.blocks]
+    fed = [0]
 
     def run(tokens):
-        past = 0 if cache[0][0] is None else cache[0][0].size(2)
+        past = fed[0] if counted else (0 if cache[0][0] is None else cache[0][0].size(2))
         t = tokens.size(1)
+        fed[0] += t
         start = 0 if restart else past
         x = model.tok_emb(tokens) + model.pos_emb(torch.arange(start, start + t))
         for layer, blk in zip(cache, model.blocks):
@@ -726,18 +876,22 @@ def cached_variant(model, idx, n, temperature=1.0, top_k=None, generator=None, *
             if layer[0] is not None and not replace:
                 k, v = torch.cat([layer[0], k], 2), torch.cat([layer[1], v], 2)
             layer[0], layer[1] = k, v
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal and past == 0 and t > 1)
+            is_causal = causal == "always" or (causal and past == 0 and t > 1)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
             x = x + a.W_o(y.transpose(1, 2).reshape(x.shape))
             x = x + blk.ff(blk.ln2(x))
         return model.lm_head(model.ln_f(x))[:, -1]
 
     logits = run(idx)
     for step in range(n):
-        logits = logits / temperature
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
+        if temperature == 0 and greedy_zero:
+            nxt = logits.argmax(-1, keepdim=True)
+        else:
+            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
         idx = torch.cat([idx, nxt], 1)
         if step + 1 < n:
             logits = run(nxt)
@@ -753,7 +907,14 @@ CACHE_HINTS = {
               "prompt positions",
     "ignored": "temperature and top_k are ignored: divide the last logits by temperature and keep only the top_k "
                "largest before sampling, as generate does",
+    "decode_causal": "is_causal=True while decoding: with one new query and a longer cache, SDPA's causal mask is "
+                     "aligned to the top left, so the new token sees only the first cached key; a decoding step "
+                     "needs no mask (nothing in the cache is in its future), only the prefill is causal",
 }
+
+GREEDY = ("temperature=0 means greedy decoding, as in generate: take the argmax of the last logits (dividing by 0 "
+          "gives inf and nan, and torch.multinomial refuses them)")
+CACHE_HINTS["greedy"] = GREEDY
 
 
 def _gen_cached(fn, model, idx, n, **kw):
@@ -764,30 +925,42 @@ def _gen_cached(fn, model, idx, n, **kw):
 def _compare_generation(fn, model, idx, n, what, **kw):
     from ..gpt import generate
 
-    out = _gen_cached(fn, model, idx.clone(), n, generator=torch.Generator().manual_seed(5), **kw)
+    if kw.get("temperature") == 0:
+        try:
+            out = _gen_cached(fn, model, idx.clone(), n, generator=torch.Generator().manual_seed(5), **kw)
+        except CheckFailed as e:
+            raise CheckFailed(f"generate_cached on {what}: {e.title}", reread=SEC_CACHE, student_tb=e.student_tb,
+                              details=e.details, hint=GREEDY) from None
+    else:
+        out = _gen_cached(fn, model, idx.clone(), n, generator=torch.Generator().manual_seed(5), **kw)
     want = generate(model, idx.clone(), n, generator=torch.Generator().manual_seed(5), **kw)
     expect_shape(out, want.shape, f"generate_cached on {what}", reread=SEC_CACHE,
                  hint="return the prompt followed by max_new_tokens new tokens: (B, T + max_new_tokens)")
     if torch.equal(out, want):
         return
     name = None
-    for key, flags in (("restart", {"restart": True}), ("replace", {"replace": True}), ("causal", {"causal": False})):
+    for key, flags in (("restart", {"restart": True}), ("replace", {"replace": True}),
+                       ("replace", {"replace": True, "counted": True}), ("causal", {"causal": False}),
+                       ("decode_causal", {"causal": "always"})):
         cand = cached_variant(model, idx.clone(), n, generator=torch.Generator().manual_seed(5), **kw, **flags)
         if torch.equal(out, cand) and not torch.equal(cand, want):
             name = key
             break
-    if name is None and kw:
+    if name is None and kw and kw.get("temperature") != 0:
         plain = generate(model, idx.clone(), n, generator=torch.Generator().manual_seed(5))
         if torch.equal(out, plain):
             name = "ignored"
+    if name is None and kw.get("temperature") == 0:
+        name = "greedy"
     diff = (out != want).nonzero()
-    first = int(diff[0, 1]) if len(diff) else -1
+    row, first = (int(diff[0, 0]), int(diff[0, 1])) if len(diff) else (0, -1)
     raise CheckFailed(f"generate_cached on {what} differs from generate with the same seed", reread=SEC_CACHE,
                       hint=CACHE_HINTS.get(name, "the cached forward must give the uncached model's logits: embed at "
                                                  "the right positions, append to each layer's cache, causal prefill, "
                                                  "and sample exactly as generate does (temperature, top_k, generator)"),
-                      details=[f"first different token at position {first} (the prompt has {idx.size(1)})",
-                               f"generate:        {want[0].tolist()}", f"generate_cached: {out[0].tolist()}"])
+                      details=[f"first different token: batch row {row}, position {first} (the prompt has "
+                               f"{idx.size(1)})", f"generate,        row {row}: {want[row].tolist()}",
+                               f"generate_cached, row {row}: {out[row].tolist()}"])
 
 
 def generate_cached_equal(generate_cached) -> None:
@@ -807,7 +980,10 @@ def generate_cached_equal(generate_cached) -> None:
     single = tiny_gpt(3, n_layer=1)
     _compare_generation(generate_cached, single, torch.randint(23, (2, 4), generator=g), 8,
                         "GPT(23, 24, n_layer=1, n_head=4, d_model=32): one block, prompt (2, 4)")
-    passed("generate_cached: the same tokens as generate with the same seed (batches, temperature, top_k)")
+    _compare_generation(generate_cached, model, torch.randint(23, (2, 3), generator=g), 8,
+                        "a prompt (2, 3) with temperature=0 (greedy)", temperature=0)
+    passed("generate_cached: the same tokens as generate with the same seed (batches, temperature, top_k, and "
+           "temperature=0 greedy)")
 
 
 class _Recorder:

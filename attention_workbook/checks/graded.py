@@ -44,6 +44,7 @@ ANSWERS = {
         'sliding_window_mask',
         'generate_cached',
     ],
+    '10_flash_attention_triton': ['softmax_kernel', 'flash_attention_kernel', 'flash_attention'],
 }
 
 TESTS = {
@@ -168,6 +169,17 @@ TESTS = {
         ('test_generate_cached_equal', 2, 'generate_cached_equal', ('generate_cached',)),
         ('test_generate_cached_steps', 1, 'generate_cached_steps', ('generate_cached',)),
     ],
+    '10_flash_attention_triton': [
+        ('test_softmax_kernel_values', 2, 'softmax_kernel_values', ('softmax_kernel',)),
+        ('test_softmax_kernel_strides', 1, 'softmax_kernel_strides', ('softmax_kernel',)),
+        ('test_flash_kernel_values', 2, 'flash_kernel_values', ('flash_attention_kernel',)),
+        ('test_flash_kernel_padding', 2, 'flash_kernel_padding', ('flash_attention_kernel',)),
+        ('test_flash_kernel_causal', 2, 'flash_kernel_causal', ('flash_attention_kernel',)),
+        ('test_flash_kernel_strides', 1, 'flash_kernel_strides', ('flash_attention_kernel',)),
+        ('test_flash_kernel_fp16', 1, 'flash_kernel_fp16', ('flash_attention_kernel',)),
+        ('test_flash_attention_values', 2, 'flash_attention_values', ('flash_attention',)),
+        ('test_flash_attention_layouts', 1, 'flash_attention_layouts', ('flash_attention',)),
+    ],
 }
 
 PROVIDED = {
@@ -191,4 +203,5 @@ PROVIDED = {
         'attention_workbook.mha.merge_heads',
         'attention_workbook.mha.split_heads',
     ],
+    '10_flash_attention_triton': ['attention_workbook.tritonenv'],
 }

@@ -12,7 +12,7 @@ names are graded and which package objects are provided.
 function and method: the globals and attribute chains it loads, defaults, closures), following
 the student's own helpers but not the other graded items (each is judged on its own). The
 visible checks call it through ``core.call`` and say so at once; the grader decides from its
-own static reading of the submitted cells plus this evidence (``awb_grader/delegation.py``).
+own static reading of the submitted cells plus this evidence (``awb_grader/verdict/delegation.py``).
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def trusting():
 
 def check(fn, name: str) -> None:
     """Raise CheckFailed when the student's ``fn`` delegates to the workbook's reference."""
-    from .core import CheckFailed
+    from .failure import CheckFailed
 
     if _TRUSTING[-1]:
         return

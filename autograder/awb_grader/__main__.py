@@ -12,12 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import gradescope, prairielearn, shards
-from .course import COHORT_ROOT, REPO
+from .cohort import cluster, shards
+from .core.course import COHORT_ROOT, REPO
+from .platforms import gradescope, prairielearn
 
 
 def cmd_release(a) -> int:
-    from . import release
+    from .devtools import release
 
     if a.check:
         problems = release.diff(a.assignments or None)
@@ -29,7 +30,7 @@ def cmd_release(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from . import demo
+    from .devtools import demo
 
     demo.run()
     return 0
@@ -42,8 +43,9 @@ def cmd_grade(a) -> int:
 
 def cmd_cohort(a) -> int:
     """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
-    from .cohort import DEFAULT_PATTERN, run_cohort
-    from .protect import Refused
+    from .cohort.collect import DEFAULT_PATTERN
+    from .cohort.run import run_cohort
+    from .isolation.sandbox import Refused
 
     root, shard = a.course, None
     if a.shard is not None:
@@ -68,10 +70,10 @@ def cmd_cohort(a) -> int:
 def cmd_adversarial(a) -> int:
     import shutil
 
-    from . import synth
-    from .cohort import run_cohort
-    from .course import EXERCISES
-    from .sandbox import bwrap_works
+    from .cohort.run import run_cohort
+    from .core.course import EXERCISES
+    from .devtools import synth
+    from .isolation.sandbox import bwrap_works
 
     where = a.course.resolve()
     if where.exists():
@@ -128,8 +130,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_cohort)
 
     p = sub.add_parser("merge", help="fold cluster shards' gradebooks into the course's (idempotent)")
-    shards.add_merge_arguments(p)
-    p.set_defaults(run=shards.merge_command)
+    cluster.add_merge_arguments(p)
+    p.set_defaults(run=cluster.merge_command)
 
     p = sub.add_parser("adversarial", help="write the adversarial cohort (hostile and broken submissions "
                                            "with honest ones) and grade it with the cohort command")

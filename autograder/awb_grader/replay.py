@@ -29,6 +29,8 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
 ``grads``     target, args, kwargs: forward + backward of its own loss -> (loss, [(name, grad)])
 ``standin``   target, path, kind, options: the sub-module computes the reference of its kind
 ``make``      kind, args, kwargs: a checker object (``replay_support.maker``)
+``launch``    target (a Triton kernel's name), grid, args, kwargs: ``target[grid](*args, **kwargs)``;
+              its writes into its tensor arguments come back as ``effects``, as with ``call``
 ``reset``     forget every reference
 ``facts``     {graded name: what it reaches in attention_workbook} (``attention_workbook.checks.own``)
 
@@ -40,6 +42,7 @@ from its constructor arguments and state).
 from __future__ import annotations
 
 import io
+import linecache
 import os
 import struct
 import traceback
@@ -142,7 +145,7 @@ class Server:
         if op == "make":
             return self.encode(A.maker(req["kind"])(*self.decode(req["args"]), **self.decode(req["kwargs"])))
         obj = self.target(req["target"])
-        if op == "call":
+        if op in ("call", "launch"):
             args, kwargs = self.decode(req.get("args", ())), self.decode(req.get("kwargs", {}))
             if req.get("seed") is not None:
                 torch.manual_seed(int(req["seed"]))
@@ -152,7 +155,10 @@ class Server:
             with contextlib.ExitStack() as stack:
                 for targets, why in req.get("forbid") or []:
                     stack.enter_context(core.forbid([(A.resolve_owner(o), a) for o, a in targets], why))
-                out = obj(*args, **kwargs)
+                if op == "launch":
+                    out = A.launch_kernel(obj, req["grid"], args, kwargs)
+                else:
+                    out = obj(*args, **kwargs)
             # what the call did to its tensor arguments in place (copied back onto the caller's)
             for key, t in tensors:
                 grad_was, value = before[key]
@@ -200,10 +206,12 @@ def main() -> None:
 
     cells = json.loads(_read(channel_in).decode())
     ns: dict = {"__name__": "__main__"}
-    for src in cells:
+    for i, src in enumerate(cells):
         lines = [ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+        name = f"<student cell {i}>"    # its source kept where inspect finds it, as IPython's (@triton.jit reads it)
+        linecache.cache[name] = (len(src), None, [ln + "\n" for ln in lines], name)
         try:
-            exec(compile("\n".join(lines), "<student cell>", "exec"), ns)  # noqa: S102 - the point
+            exec(compile("\n".join(lines), name, "exec"), ns)  # noqa: S102 - the point
         except BaseException:  # noqa: BLE001 - a failing cell fails here as it did in the kernel
             traceback.print_exc()
     names = {k: ("function" if isinstance(v, types.FunctionType) else "class" if isinstance(v, type)

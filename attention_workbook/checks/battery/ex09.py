@@ -35,12 +35,14 @@ def online_softmax_edge(online_softmax, g) -> None:
     for case in range(4):
         block = randint(g, 2, 6)
         n = block * randint(g, 1, 3) + randint(g, 1, block - 1) if case % 2 == 0 else randint(g, 1, block)
-        x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 20) + 400 * randint(g, 0, 2)
+        x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 20) + 400 * randint(g, -2, 2)
         if n > block:
             x[..., :block] = float("-inf")
         visible._online_case(
             online_softmax, x, block, f"random x {tuple(x.shape)} (partial blocks, -inf, large values)"
         )
+    x = torch.randn(*_lead(g), randint(g, 2, 9), generator=g) - 900.0 * randint(g, 1, 3)        # all far below 0
+    visible._online_case(online_softmax, x, randint(g, 1, 4), f"random x {tuple(x.shape)} (every value far below 0)")
 
 
 def _qkv(g):
@@ -124,9 +126,10 @@ def gqa_groups(GroupedQueryAttention, g) -> None:
 
 
 def apply_rope_values(apply_rope, g) -> None:
-    for case in range(4):
-        x = torch.randn(*_lead(g), randint(g, 1, 8), 2 * randint(g, 1, 6), generator=g)
-        kw = {} if case < 2 else {"base": float(randint(g, 50, 5000))}
+    for case in range(5):
+        x = torch.randn(*_lead(g), randint(g, 1 if case < 4 else 2, 8), 2 * randint(g, 1, 6) if case < 4 else 2,
+                        generator=g)
+        kw = {} if case in (0, 1, 4) else {"base": float(randint(g, 50, 5000))}
         visible._rope(apply_rope, x, f"random x {tuple(x.shape)}", **kw)
 
 
@@ -160,12 +163,12 @@ def _config(g):
 
 
 def generate_cached_equal(generate_cached, g) -> None:
-    for case in range(3):
+    for case in range(4):
         cfg = _config(g)
         model = visible.tiny_gpt(randint(g, 0, 999), **cfg)
         B, T = randint(g, 1, 3), randint(g, 2, cfg["block_size"] - 2)
         n = randint(g, 1, cfg["block_size"] - T)
-        kw = [{}, {"top_k": 3}, {"temperature": 0.8, "top_k": 5}][case]
+        kw = [{}, {"top_k": 3}, {"temperature": 0.8, "top_k": 5}, {"temperature": 0}][case]
         visible._compare_generation(generate_cached, model, torch.randint(cfg["vocab_size"], (B, T), generator=g), n,
                                     f"random GPT{tuple(cfg.values())}, prompt ({B}, {T}), {n} tokens", **kw)
     for n_layer, T in ((1, randint(g, 2, 6)), (randint(g, 2, 3), 2)):       # one block; a two-token prompt

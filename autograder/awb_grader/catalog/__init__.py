@@ -28,7 +28,6 @@ per-student tables (``make demo``, ``awb_grader grade``) name each student's mis
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -61,18 +60,11 @@ class Alternative:
     description: str
 
 
-_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
-
-
 @lru_cache(maxsize=None)
 def _solution_cells(assignment: str) -> dict[str, str]:
-    import nbformat
+    from ..core.course import solution_cells
 
-    from ..course import SOLUTIONS
-
-    nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: _MARKERS.sub("", c.source)
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    return solution_cells(assignment)
 
 
 def solution(assignment: str, cell: str) -> str:

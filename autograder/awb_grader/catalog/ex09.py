@@ -9,11 +9,15 @@ _NOT_CACHED = '''@torch.no_grad()
 def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     model.eval()
     for _ in range(max_new_tokens):
-        logits = model(idx)[0][:, -1, :] / temperature
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+        logits = model(idx)[0][:, -1, :]
+        if temperature == 0:
+            nxt = logits.argmax(dim=-1, keepdim=True)
+        else:
+            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
         idx = torch.cat([idx, nxt], dim=1)
     return idx
 '''
@@ -61,6 +65,8 @@ MISTAKES = [
         source=edit(A, "online_softmax", ('ref = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)',
                                           "ref = m_new")),
         must_fail=("test_online_softmax_edge",), hint="nan where a whole block is -inf", visible=True),
+    # issue 34: shipped and fixed in FlagGems (flagos-ai/FlagGems PR #330: a loop-style online softmax kernel
+    # gave nan for -inf inputs) and reported in Dao-AILab/quack PR #64 (a warp whose values are all -inf)
     # -- tiled_attention ---------------------------------------------------------------------
     Mistake(
         id="tiled_acc_not_rescaled", cell="tiled_attention",
@@ -78,7 +84,7 @@ MISTAKES = [
         source=edit(A, "tiled_attention", ("acc = acc * rescale + p @ v[..., s:s + block, :]",
                                            "acc = acc * rescale + (p / p.sum(dim=-1, keepdim=True)) @ v[..., s:s + block, :]"),
                     ("return acc / l", "return acc")),
-        must_fail=("test_tiled_attention_values",), hint="normalised by its own sum"),
+        must_fail=("test_tiled_attention_values", "test_tiled_attention_mask"), hint="normalised by its own sum"),
     Mistake(
         id="tiled_no_scaling", cell="tiled_attention",
         description="scores not divided by sqrt(d)",
@@ -227,10 +233,10 @@ MISTAKES = [
     Mistake(
         id="cache_sampling_options_ignored", cell="generate_cached",
         description="temperature and top_k are ignored: right only for the defaults",
-        source=edit(A, "generate_cached", ("""        logits = logits / temperature
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
+        source=edit(A, "generate_cached", ("""            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
 """, "")),
         must_fail=("test_generate_cached_equal",), hint="temperature and top_k are ignored", visible=True),
     # -- issue 24: a bug public KV-cache decoders shipped and later fixed ----------------------
@@ -241,7 +247,8 @@ MISTAKES = [
                     "onnx/onnx PR #8068 fixed the same alignment in the ONNX Attention operator for KV-cache "
                     "decode)",
         source=edit(A, "generate_cached", ("is_causal=(past == 0 and t > 1)", "is_causal=True")),
-        must_fail=("test_generate_cached_equal",), label="is_causal while decoding"),
+        must_fail=("test_generate_cached_equal",), hint="is_causal=True while decoding",
+        label="is_causal while decoding"),
 ]
 
 ALTERNATIVES = [
@@ -361,11 +368,14 @@ def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, gen
         cache = KVCache(len(model.blocks))
         logits = cached_logits(model, idx, cache, 0)
         for n in range(max_new_tokens):
-            logits = logits / temperature
-            if top_k:
-                v, _ = torch.topk(logits, min(top_k, logits.shape[-1]))
-                logits = torch.where(logits < v[:, -1:], -math.inf, logits)
-            token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            if not temperature:                                  # greedy
+                token = logits.max(dim=-1, keepdim=True).indices
+            else:
+                logits = logits / temperature
+                if top_k:
+                    v, _ = torch.topk(logits, min(top_k, logits.shape[-1]))
+                    logits = torch.where(logits < v[:, -1:], -math.inf, logits)
+                token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
             idx = torch.cat((idx, token), 1)
             if n < max_new_tokens - 1:
                 logits = cached_logits(model, token, cache, idx.shape[1] - 1)
@@ -447,4 +457,128 @@ MISTAKES += [
                     "sees the second, and the deeper layers cache keys that know the future",
         source=edit(A, "generate_cached", ("is_causal=(past == 0 and t > 1)", "is_causal=(past == 0 and t > 2)")),
         must_fail=("test_generate_cached_equal",), hint="two-token prompt", label="two-token prompt not causal"),
+]
+
+# issue 34: slips an outside reading found (a learner's own attempts, and bugs public code shipped)
+_NAN_BLOCK_FACTORED = '''def online_softmax(x, block=4):
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"))
+    l = torch.zeros_like(m)
+    for s in range(0, x.shape[-1], block):
+        xb = x[..., s:s + block]
+        bm = xb.amax(dim=-1, keepdim=True)
+        m_new = torch.maximum(m, bm)
+        l = l * torch.exp(m - m_new) + torch.exp(bm - m_new) * torch.exp(xb - bm).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / l
+'''
+
+# Hugging Face's rotate_half layout (pairs x[i], x[i + d/2]) with the angles repeated in place, as adjacent
+# pairs need: the two conventions mixed
+_ROPE_HALF_WITH_INPLACE_ANGLES = '''def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x, positions=None, base=10000.0):
+    T, d = x.shape[-2:]
+    pos = torch.arange(T) if positions is None else positions
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2).float() / d)
+    emb = torch.outer(pos.float(), inv_freq).repeat_interleave(2, dim=-1)          # (T, d)
+    return x * emb.cos() + rotate_half(x) * emb.sin()
+'''
+
+MISTAKES += [
+    Mistake(
+        id="online_max_starts_at_0", cell="online_softmax",
+        description="the running maximum starts at 0 instead of -inf: right while a row reaches above about -80, "
+                    "nan for a row like [-1000, -1001, -1002] (FluxML/NNlib.jl PR #43 fixed the same "
+                    "max(0, row max) in its softmax, which failed for softmax([-10000, -10000]))",
+        source=edit(A, "online_softmax", ('m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)',
+                                          "m = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)")),
+        must_fail=("test_online_softmax_edge",), hint="running maximum starts at 0", visible=True,
+        label="running max starts at 0"),
+    Mistake(
+        id="online_block_maximum_no_guard", cell="online_softmax",
+        description="each block's terms taken against the block's own maximum and then rescaled, with no guard for "
+                    "a maximum still at -inf: a first block that is all -inf makes the row nan",
+        source=_NAN_BLOCK_FACTORED,
+        must_fail=("test_online_softmax_edge",), hint="nan where a whole block is -inf", visible=True,
+        label="nan on a block of -inf"),
+    Mistake(
+        id="online_ignores_block", cell="online_softmax",
+        description="one entry per step whatever block says: the right values, but not the blocks the signature asks "
+                    "for",
+        source=edit(A, "online_softmax", ("for s in range(0, x.shape[-1], block):\n        xb = x[..., s:s + block]",
+                                          "for s in range(x.shape[-1]):\n        xb = x[..., s:s + 1]")),
+        must_fail=("test_online_softmax_values",), hint="block argument is ignored", visible=True,
+        label="block ignored"),
+    Mistake(
+        id="tiled_mask_four_dims_only", cell="tiled_attention",
+        description="the mask's tile taken by fixed axes (mask[:, :, :, s:s + block]): works for a 4-D padding mask "
+                    "only, an IndexError for a (Tq, Tk) mask",
+        source=edit(A, "tiled_attention", ("~mask[..., s:s + block]", "~mask[:, :, :, s:s + block]")),
+        must_fail=("test_tiled_attention_mask",), hint="fails only when given a mask", visible=True,
+        label="mask tiled by fixed axes"),
+    Mistake(
+        id="rope_angles_tiled_adjacent_pairs", cell="apply_rope",
+        description="adjacent pairs, but the d angles laid out as the half-split layout's (theta_0 .. theta_(d/2-1) "
+                    "twice, one copy after the other): the two entries of a pair turn by different angles "
+                    "(facebookresearch/vjepa2 PR #15 reports the same .repeat where repeat_interleave was meant)",
+        source=edit(A, "apply_rope",
+                    ("angle = positions.double()[:, None] * theta[None, :]",
+                     "angle = positions.double()[:, None] * theta.repeat(2)[None, :]"),
+                    ("y[..., 0::2] = even * cos - odd * sin", "y[..., 0::2] = even * cos[:, 0::2] - odd * sin[:, 0::2]"),
+                    ("y[..., 1::2] = even * sin + odd * cos", "y[..., 1::2] = even * sin[:, 1::2] + odd * cos[:, 1::2]")),
+        must_fail=("test_apply_rope_values", "test_apply_rope_positions"), hint="frequencies do not match the pairs",
+        label="RoPE angles tiled"),
+    Mistake(
+        id="rope_half_pairs_inplace_angles", cell="apply_rope",
+        description="rotate_half's pairs (x[i], x[i + d/2]) with the angles repeated in place for adjacent pairs: "
+                    "two conventions mixed (raiyanyahya/how-to-train-your-gpt issue #6, fixed in PR #7)",
+        source=_ROPE_HALF_WITH_INPLACE_ANGLES,
+        must_fail=("test_apply_rope_values", "test_apply_rope_positions"), hint="frequencies do not match the pairs",
+        label="RoPE layouts mixed"),
+    Mistake(
+        id="rope_frequencies_shifted", cell="apply_rope",
+        description="the exponent (2k - 1) / d with k counted from 1, i.e. -(2i + 1) / d: every frequency off by half "
+                    "a pair (stanford-cs336/assignment1-basics issue #22: its handout wrote (2k - 1)/d for the "
+                    "paper's 2(k - 1)/d, fixed in 1.0.6)",
+        source=edit(A, "apply_rope", ("-torch.arange(0, d, 2, dtype=torch.float64) / d",
+                                      "-torch.arange(1, d + 1, 2, dtype=torch.float64) / d")),
+        must_fail=("test_apply_rope_values", "test_apply_rope_positions"), hint="frequencies are off by one",
+        label="RoPE frequencies shifted"),
+    Mistake(
+        id="rope_squeeze_breaks_one_pair", cell="apply_rope",
+        description="the angles squeezed to drop size-1 axes: right for d >= 4, a shape error for d = 2 (one pair) "
+                    "with T > 1",
+        source=edit(A, "apply_rope", ("cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)",
+                                      "cos, sin = torch.cos(angle).squeeze().to(x.dtype), "
+                                      "torch.sin(angle).squeeze().to(x.dtype)")),
+        must_fail=("test_apply_rope_values",), hint="d = 2 is a single pair", visible=True,
+        label="RoPE fails for d = 2"),
+    Mistake(
+        id="cache_temperature_zero_divides", cell="generate_cached",
+        description="temperature=0 divided by instead of taken as greedy decoding: inf and nan logits, and "
+                    "torch.multinomial refuses them (karpathy/nanoGPT issue #738; Lightning-AI/litgpt issue #401)",
+        source=edit(A, "generate_cached", (("        if temperature == 0:", "generator=generator)   # (B, 1)\n"),
+                                           """        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)   # (B, 1)
+""")),
+        must_fail=("test_generate_cached_equal",), hint="temperature=0 means greedy", visible=True,
+        label="temperature 0 divides"),
+    Mistake(
+        id="cache_replaced_positions_counted", cell="generate_cached",
+        description="the cache overwritten by the newest key and value, with the positions counted apart from it "
+                    "(so they stay right): each new token attends to itself alone",
+        source=edit(A, "generate_cached",
+                    ("    cache = [[None, None] for _ in model.blocks]", "    seen = [0]\n    cache = [[None, None] for _ in model.blocks]"),
+                    ("past = 0 if cache[0][0] is None else cache[0][0].shape[2]", "past = seen[0]"),
+                    ("        t = tokens.shape[1]\n", "        t = tokens.shape[1]\n        seen[0] += t\n"),
+                    ("""            if layer[0] is not None:
+                k, v = torch.cat([layer[0], k], dim=2), torch.cat([layer[1], v], dim=2)
+""", "")),
+        must_fail=("test_generate_cached_equal",), hint="replaced instead of appended", label="cache replaced"),
 ]

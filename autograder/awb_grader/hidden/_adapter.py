@@ -19,6 +19,9 @@ and object is a *proxy* to a separate sandboxed process running the student's co
 ``make(kind, ...)``        a checker-side object (scripted model, stub: ``replay_support``)
                            built where the student's code runs
 ``forbid(targets, why)``   built-ins the student's code may not call (applied where it runs)
+``launch(kernel, grid,     a Triton kernel of the student's launched where their code runs,
+  *args, **meta)``         ``kernel[grid](*args, **meta)``: what it writes into its tensor
+                           arguments comes back into the checker's tensors (in place)
 =========================  =================================================================
 
 Locally every operation is the obvious one on the real object. Remotely each is one message
@@ -46,6 +49,7 @@ from ..replay_support import (  # noqa: F401 - LoadError and torch_spec: part of
     describe_module,
     get_plain,
     grads_of,
+    launch_kernel,
     load_into,
     maker,
     params_of,
@@ -217,6 +221,20 @@ def make(kind: str, *args, **kwargs):
     if _CLIENT is not None:
         return _CLIENT.request("make", kind=kind, args=args, kwargs=kwargs)
     return maker(kind)(*args, **kwargs)
+
+
+def launch(kernel, grid, *args, name: str, **meta) -> None:
+    """``kernel[grid](*args, **meta)`` where the student's code runs (a Triton kernel: tensors in,
+    written in place; the writes come back onto ``args``' tensors)."""
+    from ._base import call
+
+    grid = [int(n) for n in grid]
+    if isinstance(kernel, RemoteFunction):
+        def remote(*a, **k):
+            kernel._client.request("launch", target=kernel.__name__, grid=grid, args=a, kwargs=k)
+        call(remote, *args, name=name, **meta)
+    else:
+        call(lambda *a, **k: launch_kernel(kernel, grid, a, k), *args, name=name, **meta)
 
 
 @contextlib.contextmanager

@@ -85,7 +85,7 @@ def online_softmax_edge(online_softmax) -> None:
     for case in range(6):
         block = randint(g, 2, 7)
         n = block * randint(g, 1, 4) + randint(g, 1, block - 1) if case % 2 == 0 else randint(g, 1, block)
-        x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 30) + 500 * randint(g, 0, 2)
+        x = torch.randn(*_lead(g), n, generator=g) * randint(g, 1, 30) + 500 * randint(g, -2, 2)
         if n > 1:
             dead = torch.rand(x.shape, generator=g) < 0.4
             dead[..., randint(g, 0, n - 1)] = False                 # one finite entry per row
@@ -93,8 +93,13 @@ def online_softmax_edge(online_softmax) -> None:
                 dead[..., :block] = True
                 dead[..., block] = False
             x = x.masked_fill(dead, float("-inf"))
-        _online_case(online_softmax, x, block, f"x {tuple(x.shape)}, block {block}, -inf entries, values up to "
-                                               f"{float(x[torch.isfinite(x)].abs().max()):.0f}")
+        finite = x[torch.isfinite(x)]
+        _online_case(online_softmax, x, block, f"x {tuple(x.shape)}, block {block}, -inf entries, finite values "
+                                               f"from {float(finite.min()):.0f} to {float(finite.max()):.0f}")
+    x = torch.randn(*_lead(g), randint(g, 2, 12), generator=g) - 1000.0 * randint(g, 1, 3)    # every entry far below 0
+    block = randint(g, 1, 5)
+    _online_case(online_softmax, x, block, f"x {tuple(x.shape)}, block {block}, every value near "
+                                           f"{float(x.mean()):.0f}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -307,9 +312,10 @@ def _rope_case(fn, x, case, **kw):
 def apply_rope_values(apply_rope) -> None:
     own_code(apply_rope, "apply_rope")
     g = rng(907)
-    for case in range(4):
-        x = torch.randn(*_lead(g), randint(g, 1, 9), 2 * randint(g, 1, 8), generator=g)
-        kw = {} if case < 2 else {"base": [500.0, 1e6][case - 2]}
+    for case in range(5):
+        x = torch.randn(*_lead(g), randint(g, 1 if case < 4 else 2, 9), 2 * randint(g, 1, 8) if case < 4 else 2,
+                        generator=g)
+        kw = {} if case in (0, 1, 4) else {"base": [500.0, 1e6][case - 2]}
         _rope_case(apply_rope, x, f"x {tuple(x.shape)}, default positions, base {kw.get('base', 10000.0)}", **kw)
 
 
@@ -372,9 +378,9 @@ def _gen_case(fn, g, seed, over=None, T=None, **kw):
 def generate_cached_equal(generate_cached) -> None:
     own_code(generate_cached, "generate_cached")
     g = rng(910)
-    for case in range(6):     # the last two: a one-block GPT, and a two-token prompt
+    for case in range(7):     # then: a one-block GPT, a two-token prompt, greedy decoding (temperature=0)
         kw = [{}, {"top_k": 4}, {"temperature": 0.8}, {"temperature": 1.3, "top_k": 2}, {"over": {"n_layer": 1}},
-              {"T": 2, "over": {"n_layer": 2, "n_head": 4, "d_model": 32}}][case]
+              {"T": 2, "over": {"n_layer": 2, "n_head": 4, "d_model": 32}}, {"temperature": 0}][case]
         _, out, want, desc, _ = _gen_case(generate_cached, g, 20 + case, **kw)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape) or not torch.equal(out, want):
             raise CheckFailed("hidden test: generate_cached differs from the uncached generate with the same seed",

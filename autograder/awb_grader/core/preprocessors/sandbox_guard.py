@@ -1,0 +1,40 @@
+"""``SandboxGuard``: the first autograde step: the submission runs in the sandbox, or not at all."""
+
+from __future__ import annotations
+
+import os
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool
+
+from ...isolation.sandbox import KERNEL_NAME, UNPROTECTED_NOTE, Refused, sandbox_mode
+from ..metadata import META
+
+
+class SandboxGuard(NbGraderPreprocessor):
+    """First autograde step: the submission runs in the sandbox, or not at all (see REFUSAL)."""
+
+    unprotected = Bool(False, help="grade even where bubblewrap cannot run: resource limits only, and the "
+                                   "grades are NOT protected (said on every graded notebook)").tag(config=True)
+    trusted_code = Bool(False, help="the notebooks are the course's own (the test suite's catalog), not "
+                                    "student code: run them in the configured kernel, unsandboxed").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        meta = {"status": "ok", "reasons": [], "withheld": {}}
+        if self.trusted_code:
+            meta["sandbox"] = "trusted"
+        else:
+            kernel = self.config.Execute.get("kernel_name", KERNEL_NAME)
+            if kernel != KERNEL_NAME:
+                raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
+            mode = sandbox_mode(self.unprotected)
+            os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
+            from ...isolation.provided import announce
+
+            announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
+            meta["sandbox"] = mode
+            if mode != "bwrap":
+                self.log.warning(UNPROTECTED_NOTE)
+                meta["reasons"].append(UNPROTECTED_NOTE)
+        nb.metadata[META] = meta
+        return nb, resources

@@ -1,0 +1,2 @@
+"""Isolation of student code: the bubblewrap sandbox and its limits (the grading kernel's launcher),
+and what each exercise provides inside it."""

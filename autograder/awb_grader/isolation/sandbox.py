@@ -1,0 +1,351 @@
+"""Run student code in a sandbox while nbgrader grades it.
+
+nbgrader starts one Jupyter kernel per submission. Here that kernel is a *kernel spec* of
+ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipykernel`` in
+
+* **bubblewrap** (``bwrap``, Debian package ``bubblewrap``): no network (own network
+  namespace), own PID/IPC/UTS namespaces, a file system made only of read-only system and
+  Python directories, what the exercise provides of the workbook's helper package
+  (``provided.py``), and for the outside verdict's replay process its own two files (never the
+  hidden checks, which run only in the grader's process); the student's own
+  working directory is the only writable place (plus a private ``/tmp``). ``solutions/``, the
+  gradebook, the course root and other students' files are simply not there;
+* an **unprivileged user** (when the grader runs as root: uid ``60000 + worker``), so that
+* **resource limits** (``prlimit``) hold: address space (memory), processes (fork bombs),
+  CPU seconds, file size, no core dumps; and ``timeout -s KILL`` bounds the kernel's whole
+  life (a notebook that ignores interrupts still ends).
+
+The kernel talks to nbgrader over Unix sockets (``KernelManager.transport = "ipc"``) in a
+short folder private to the grading worker (a socket path may not exceed 107 bytes, see
+:data:`SUN_PATH_MAX`), since it has no network, not even loopback.
+nbgrader's own per-cell time limit (``Execute.timeout``) interrupts a cell that runs too long,
+and :class:`LimitOutputBytes` truncates huge outputs before they reach the autograded
+notebook, the feedback and the gradebook.
+
+When ``bwrap`` is missing (or cannot create namespaces), grading is refused unless the grader
+says the grades may be unprotected (:func:`sandbox_mode`); then it runs with the resource
+limits only, and :func:`configure` prints a loud warning: student code can then read files and
+reach the network with the grader's permissions. The kernel spec, the transport and the autograde
+steps are nbgrader settings, in the course's config (``core/config.py``: ``configure``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.course import AUTOGRADER, REPO
+
+KERNEL_NAME = "awb-sandbox"
+WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
+           "(it can read files, e.g. solutions/ and the gradebook, and reach the network with the "
+           "grader's permissions). Only memory/CPU/time limits apply. Install it: "
+           "apt-get install bubblewrap")
+
+
+@dataclass
+class Limits:
+    memory_mb: int = 4096          # address space of the kernel (torch needs ~2 GB of it just to import)
+    notebook_s: int = 900          # whole-kernel wall-clock limit (killed past it)
+    nproc: int = 256               # processes + threads of the sandbox user
+    fsize_mb: int = 256            # largest file the kernel may write
+    cell_timeout: int = 60         # per cell, enforced by nbgrader (Execute.timeout)
+    output_bytes: int = 100_000    # per cell output kept in the autograded notebook
+
+
+# -- detection -------------------------------------------------------------------------------
+_BWRAP_OK: bool | None = None
+
+
+def bwrap_works() -> bool:
+    """Is bubblewrap installed and able to create the namespaces we need here?"""
+    global _BWRAP_OK
+    if _BWRAP_OK is None:
+        exe = shutil.which("bwrap")
+        if not exe:
+            _BWRAP_OK = False
+        else:
+            cmd = [exe, "--unshare-net", "--unshare-pid", "--die-with-parent", *_system_binds(),
+                   "--proc", "/proc", "--dev", "/dev", "true"]
+            if os.geteuid() != 0:
+                cmd.insert(1, "--unshare-user")
+            try:
+                _BWRAP_OK = subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _BWRAP_OK = False
+    return _BWRAP_OK
+
+
+# -- the refusal rule: bubblewrap, or only grades said to be unprotected ------------------------
+UNPROTECTED_ENV = "AWB_UNPROTECTED"
+REFUSAL = ("refusing to grade: bubblewrap (bwrap) cannot run here, so student code would run with the "
+           "grader's permissions (it could read solutions/ and the gradebook, and change its own grade). "
+           "Install it (apt-get install bubblewrap), or grade anyway with grades that are NOT protected: "
+           "`cohort --unprotected`, `nbgrader autograde ... --SandboxGuard.unprotected=True`, or AWB_UNPROTECTED=1.")
+UNPROTECTED_NOTE = "UNPROTECTED: graded without the sandbox (bubblewrap unavailable): this grade is not protected"
+
+
+class Refused(RuntimeError):
+    """Grading refused: the sandbox cannot run and nobody said the grades may be unprotected."""
+
+
+def sandbox_mode(unprotected: bool = False) -> str:
+    """'bwrap' where bubblewrap works; else 'limits' (resource limits only) if the grader said
+    the grades need not be protected; else :class:`Refused`."""
+    if bwrap_works():
+        return "bwrap"
+    if unprotected or os.environ.get(UNPROTECTED_ENV) == "1":
+        return "limits"
+    raise Refused(REFUSAL)
+
+
+# -- configuration of a grading run ------------------------------------------------------------
+def configure(unprotected: bool = False, limits: Limits | None = None, say=print) -> str:
+    """Decide the sandbox for this grading run (:func:`sandbox_mode`: bubblewrap, or, only
+    when the grader said so, resource limits alone; otherwise :class:`Refused`) and put it
+    and the limits in this process's environment, which the grading workers, the kernels'
+    launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
+    preprocessors) come from the course's config file (``core.config.configure``)."""
+    limits = limits or Limits()
+    mode = sandbox_mode(unprotected)
+    if mode != "bwrap":
+        say(WARNING)
+        os.environ[UNPROTECTED_ENV] = "1"
+    os.environ.update({
+        "AWB_SANDBOX_MODE": mode,
+        "AWB_SANDBOX_MEM_MB": str(limits.memory_mb),
+        "AWB_SANDBOX_NOTEBOOK_S": str(limits.notebook_s),
+        "AWB_SANDBOX_NPROC": str(limits.nproc),
+        "AWB_SANDBOX_FSIZE_MB": str(limits.fsize_mb),
+    })
+    return mode
+
+
+# A Unix socket's path must fit in sockaddr_un.sun_path (108 bytes with the final NUL); zmq refuses
+# longer ipc paths. The kernel's sockets therefore never live under the course root, whose path
+# is the instructor's choice (a pytest-xdist tmp_path was enough to pass the limit: nbclient
+# failed at once, nbgrader deleted the half-made autograded folder, and the starting kernel then
+# found its working directory gone).
+SUN_PATH_MAX = 107
+
+
+def short_socket_root(base: str | None = None) -> Path:
+    """A new private folder for kernel sockets, in a short temporary directory."""
+    import tempfile
+
+    base = base or tempfile.gettempdir()
+    if len(base) > 40 or not os.path.isdir(base):
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="awb-", dir=base))
+
+
+def worker_environment(worker: int, runtime_dir: Path, sockets: Path | None = None) -> dict:
+    """Per grading worker: its own Jupyter runtime directory (connection files, the kernels'
+    log) and its own folder for the kernel's Unix sockets (``sockets``, short: see
+    SUN_PATH_MAX; a kernel sees only its own), and its own sandbox uid (so one submission's fork
+    bomb does not eat another worker's process quota)."""
+    runtime_dir = Path(runtime_dir)
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    sockets = Path(sockets) if sockets is not None else runtime_dir
+    sockets.mkdir(parents=True, exist_ok=True)
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
+    os.environ["AWB_SANDBOX_UID"] = str(60000 + worker)
+    os.environ["AWB_PRIVATE_RUNTIME"] = str(sockets.resolve())
+    os.environ["AWB_KERNEL_LOG"] = str(runtime_dir.resolve() / "kernel.log")
+    # the kernel's sockets: a folder of this worker's that the sandbox binds (kernels of one
+    # worker run one after the other); returned as nbgrader settings for Course.extra
+    ip = sockets.resolve() / "sock" / "kernel-ipc"
+    if len(str(ip)) + 4 > SUN_PATH_MAX:      # jupyter_client appends "-<port>"
+        raise RuntimeError(f"kernel socket path {ip} is longer than a Unix socket allows ({SUN_PATH_MAX} bytes): "
+                           "use a shorter folder for the sockets")
+    return {"KernelManager.ip": str(ip)}
+
+
+# -- the kernel launcher ------------------------------------------------------------------------
+_ETC = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
+        "alternatives", "fonts", "ssl/certs", "mime.types", "matplotlibrc"]
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    for name in _ETC:
+        p = Path("/etc") / name
+        if p.exists():
+            args += ["--ro-bind", str(p), str(p)]
+    return args
+
+
+def _ancestors(paths: list[Path]) -> list[str]:
+    """Parent directories to create world-traversable (bwrap creates them 0700 otherwise)."""
+    out: list[str] = []
+    for p in paths:
+        for parent in reversed(p.parents):
+            s = str(parent)
+            if s not in ("/", "/tmp") and not s.startswith(("/usr", "/proc", "/dev")) and s not in out:
+                out.append(s)
+    return out
+
+
+def kernel_command(connection_file: str, cwd: str, env: dict | None = None) -> list[str]:
+    """The full command line that starts one sandboxed kernel (documented, and tested)."""
+    return sandbox_command([sys.executable, "-m", "ipykernel_launcher", "-f", connection_file], cwd,
+                           rw=[Path(connection_file).parent], env=env)
+
+
+def kernel_env(env: dict | None = None) -> dict:
+    """The whole environment of sandboxed code: a few variables of the grader's, nothing else."""
+    env = dict(os.environ if env is None else env)
+    kenv = {k: v for k, v in env.items()
+            if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                     "NBGRADER_EXECUTION", "PYTHONHASHSEED", "AWB_SMOKE", "TORCH_NUM_THREADS")
+            or (k.startswith("AWB_") and not k.startswith(("AWB_DB", "AWB_SANDBOX", "AWB_COURSE", "AWB_PROVIDED")))}
+    kenv.update({"HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl", "IPYTHONDIR": "/tmp/ipython",
+                 "PYTHONDONTWRITEBYTECODE": "1"})
+    return kenv
+
+
+def limits_of(env: dict | None = None) -> dict:
+    """The sandbox's limits, as configure() left them in the environment."""
+    env = os.environ if env is None else env
+    return {"memory_mb": int(env.get("AWB_SANDBOX_MEM_MB", "4096")),
+            "life_s": int(env.get("AWB_SANDBOX_NOTEBOOK_S", "900")),
+            "nproc": int(env.get("AWB_SANDBOX_NPROC", "256")),
+            "fsize_mb": int(env.get("AWB_SANDBOX_FSIZE_MB", "256")),
+            "uid": int(env.get("AWB_SANDBOX_UID", "60000"))}
+
+
+def _readonly(cwd: str | None = None, extra: list[Path] = ()) -> list[Path]:
+    """What sandboxed code may read besides the system: Python, what the exercise graded in
+    ``cwd`` provides of the workbook's package (``provided.py``: its import cell's modules, its
+    checks, and what they import; the whole package where the exercise is not known), and
+    ``extra`` (the replay's own files: :data:`REPLAY_FILES`). Never solutions/, the gradebook,
+    other students' files, nor anything of the hidden checks (``awb_grader/hidden/``: they run
+    only in the grader's process)."""
+    from .provided import assignment_of, provided_files
+
+    assignment = assignment_of(cwd) if cwd else None
+    package = provided_files(assignment) if assignment else [REPO / "attention_workbook"]
+    ro = [Path(sys.prefix), Path(sys.base_prefix), *package, *extra]
+    return [p for p in ro if p.exists() and not str(p).startswith("/usr")]
+
+
+def _bwrap(cwd: str, ro: list[Path], rw: list[Path]) -> list[str]:
+    """bubblewrap's part of a sandbox command: namespaces, the system read-only, ``ro``
+    read-only, ``rw`` writable, a private /tmp, working directory ``cwd``."""
+    cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--new-session", *_system_binds()]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    for d in _ancestors(ro + rw):
+        cmd += ["--perms", "0755", "--dir", d]
+    for p in ro:
+        cmd += ["--ro-bind", str(p), str(p)]
+    for p in rw:
+        cmd += ["--bind", str(p), str(p)]
+    cmd += ["--chdir", str(cwd)]
+    if os.geteuid() != 0:
+        cmd.insert(1, "--unshare-user")
+    return cmd
+
+
+def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict | None = None,
+                    ro: list[Path] = ()) -> list[str]:
+    """``program`` run in the sandbox with ``cwd`` (and ``rw``) as the only writable folders;
+    ``ro``: files it may read besides what :func:`_readonly` gives every sandbox."""
+    env = dict(os.environ if env is None else env)
+    mode = env.get("AWB_SANDBOX_MODE", "bwrap")
+    lim = limits_of(env)
+    kenv = kernel_env(env)
+    limits = ["prlimit", f"--as={lim['memory_mb'] * 2**20}", f"--cpu={lim['life_s']}",
+              f"--fsize={lim['fsize_mb'] * 2**20}", "--core=0"]
+    if mode == "bwrap":
+        # counts every process of the (sandbox) user: only meaningful with a uid of its own
+        limits.insert(2, f"--nproc={lim['nproc']}")
+    inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
+             *program]
+    if mode != "bwrap":
+        return ["timeout", "-s", "KILL", str(lim["life_s"]), *inner]
+
+    cmd = ["timeout", "-s", "KILL", str(lim["life_s"]),
+           *_bwrap(cwd, _readonly(cwd, list(ro)), [Path(cwd), *map(Path, rw)])]
+    if os.geteuid() == 0:
+        # bwrap as root (it needs root to bind /root/...); the kernel then drops to an
+        # unprivileged uid with no capabilities, so that the process limit is enforced
+        uid = lim["uid"]
+        cmd += ["--cap-add", "CAP_SETUID,CAP_SETGID",
+                "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all"]
+    return cmd + inner
+
+
+def chown_tree(path: Path, uid: int) -> None:
+    os.chown(path, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            try:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+            except OSError:
+                pass
+
+
+def _empty_folder(folder: Path) -> None:
+    """Empty ``folder`` (made if missing), keeping the folder itself.
+    What a previous kernel left there (it was writable to it: a symlink in place of the
+    connection file, say) is removed, never followed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
+
+
+def launch(argv: list[str]) -> None:
+    """Kernel spec entry point: ``python -m awb_grader.isolation.sandbox -f CONNECTION_FILE``."""
+    conn = argv[argv.index("-f") + 1]
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:  # started from a folder that no longer exists: say so, clearly
+        sys.exit("awb sandbox: the kernel's working directory no longer exists")
+    private = os.environ.get("AWB_PRIVATE_RUNTIME")
+    if private:
+        # the sandbox sees only this folder: the kernel's own sockets and connection file
+        sock = Path(private) / "sock"
+        _empty_folder(sock)
+        copy = sock / "connection.json"
+        shutil.copyfile(conn, copy)
+        conn = str(copy)
+    else:
+        print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
+    if os.environ.get("AWB_SANDBOX_MODE", "bwrap") == "bwrap" and os.geteuid() == 0:
+        uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
+        chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
+        os.chown(conn, uid, uid)                     # the kernel must read its connection file
+        os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
+    if private:
+        # the kernel's own chatter ("NOTE: When using the `ipython kernel` entry point...") goes
+        # to a log in the worker's runtime folder instead of the grader's terminal
+        log = os.open(os.environ.get("AWB_KERNEL_LOG") or Path(private) / "kernel.log",
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+    cmd = kernel_command(conn, cwd)
+    os.execvp(cmd[0], cmd)
+
+
+REPLAY = [sys.executable, "-m", "awb_grader.replay"]
+# what the replay process reads of the grader (the kernel reads nothing of it)
+REPLAY_FILES = [AUTOGRADER / "awb_grader" / name for name in ("__init__.py", "replay.py", "replay_support.py")]
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])
