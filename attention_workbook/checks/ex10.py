@@ -404,13 +404,15 @@ def flash_kernel_fp16(flash_attention_kernel, g: torch.Generator | None = None, 
     want = F.scaled_dot_product_attention(q16.cpu().double(), k16.cpu().double(), v16.cpu().double())
     tol = fp16_tolerance(want)
     o = _front(q.shape, torch.float16)[1]
-    _flash_launch(flash_attention_kernel, q16, k16, v16, o, False, 16, 16, reread=SEC_PRECISION)
+    # key tiles of 16 (the T / 16 accumulation steps an fp16 accumulator rounds at), query tiles of 32: half
+    # the programs, each row's sum the same
+    _flash_launch(flash_attention_kernel, q16, k16, v16, o, False, 32, 16, reread=SEC_PRECISION)
     err = max_abs_diff(o.cpu(), want)
     if o.dtype == torch.float16 and err <= tol:
         passed(f"flash_attention_kernel: fp16 in and out, max error {err:.1e} <= one fp16 step ({tol:.1e})")
         return
     o32 = _front(q.shape)[1]
-    _flash_launch(flash_attention_kernel, q16.float(), k16.float(), v16.float(), o32, False, 16, 16,
+    _flash_launch(flash_attention_kernel, q16.float(), k16.float(), v16.float(), o32, False, 32, 16,
                   reread=SEC_PRECISION)
     right32 = close(o32.cpu(), want, atol=max(atol(), 1e-4))
     hint = FP16 if right32 and err < 0.2 else None
@@ -497,8 +499,8 @@ def _launcher_case(fn, q, k, v, what, causal=None, blocks=None, reread=SEC_MODEL
 def flash_attention_values(flash_attention) -> None:
     """Contiguous q, k, v: several batch entries and heads, causal or not, other block sizes."""
     g = torch.Generator().manual_seed(17)
-    q, k, v = _qkv(g, 2, 3, 20, 16, scale=1.5)
-    _launcher_case(flash_attention, q, k, v, "q, k, v (2, 3, 20, 16) (causal left at its default)")
+    q, k, v = _qkv(g, 2, 2, 20, 16, scale=1.5)
+    _launcher_case(flash_attention, q, k, v, "q, k, v (2, 2, 20, 16) (causal left at its default)")
     q, k, v = _qkv(g, 1, 2, 33, 16, scale=1.5)
     _launcher_case(flash_attention, q, k, v, "q, k, v (1, 2, 33, 16), causal=True", causal=True)
     q, k, v = _qkv(g, 1, 1, 40, 32, scale=1.5)
