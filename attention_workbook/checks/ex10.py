@@ -326,10 +326,10 @@ def flash_kernel_values(flash_attention_kernel) -> None:
     g = torch.Generator().manual_seed(12)
     q, k, v = _qkv(g, 2, 2, 32, 16)
     k[..., 16:, :] *= 3                                              # the second key tile raises the maximum
-    _flash_case(flash_attention_kernel, q, k, v, False, 16, 16, "q, k, v (2, 2, 32, 16)")
-    q, k, v = _qkv(g, 1, 2, 32, 32)
+    _flash_case(flash_attention_kernel, q, k, v, False, 32, 16, "q, k, v (2, 2, 32, 16)")
+    q, k, v = _qkv(g, 1, 1, 32, 32)
     k[..., 16:, :] *= 3
-    _flash_case(flash_attention_kernel, q, k, v, False, 32, 16, "q, k, v (1, 2, 32, 32)")
+    _flash_case(flash_attention_kernel, q, k, v, False, 16, 16, "q, k, v (1, 1, 32, 32)")
     passed("flash_attention_kernel: equal to SDPA for several batch entries and heads, with l and acc rescaled")
 
 
@@ -339,10 +339,11 @@ def flash_kernel_padding(flash_attention_kernel) -> None:
     q, k, v = _qkv(g, 1, 2, 20, 16, scale=1.5)
     _flash_case(flash_attention_kernel, q, k, v, False, 16, 16, "q, k, v (1, 2, 20, 16)")
     q, k, v = _qkv(g, 2, 1, 37, 16, scale=1.5)
-    _flash_case(flash_attention_kernel, q, k, v, False, 16, 32, "q, k, v (2, 1, 37, 16)")
+    _flash_case(flash_attention_kernel, q, k, v, False, 64, 32, "q, k, v (2, 1, 37, 16)")
     q, k, v = _qkv(g, 1, 1, 5, 16, scale=1.5)
     _flash_case(flash_attention_kernel, q, k, v, False, 16, 16, "q, k, v (1, 1, 5, 16): T < one tile")
-    passed("flash_attention_kernel: T = 20, 37 and 5 with tiles of 16 and 32: padded keys masked, only rows < T stored")
+    passed("flash_attention_kernel: T = 20, 37 and 5 with tiles of 16, 32 and 64: padded keys masked, only rows < T "
+           "stored")
 
 
 def flash_kernel_causal(flash_attention_kernel) -> None:
@@ -351,7 +352,7 @@ def flash_kernel_causal(flash_attention_kernel) -> None:
     q, k, v = _qkv(g, 1, 2, 40, 16, scale=1.5)
     _flash_case(flash_attention_kernel, q, k, v, True, 16, 16, "q, k, v (1, 2, 40, 16)", reread=SEC_CAUSAL)
     q, k, v = _qkv(g, 2, 1, 24, 16, scale=1.5)
-    _flash_case(flash_attention_kernel, q, k, v, True, 16, 16, "q, k, v (2, 1, 24, 16)", reread=SEC_CAUSAL)
+    _flash_case(flash_attention_kernel, q, k, v, True, 32, 16, "q, k, v (2, 1, 24, 16)", reread=SEC_CAUSAL)
     q, k, v = _qkv(g, 1, 1, 48, 16, scale=1.5)
     _flash_case(flash_attention_kernel, q, k, v, True, 32, 16, "q, k, v (1, 1, 48, 16)", reread=SEC_CAUSAL)
     passed("flash_attention_kernel: causal, with the diagonal tile masked inside and the tiles after it skipped")
@@ -372,7 +373,7 @@ def flash_kernel_strides(flash_attention_kernel) -> None:
     """Non-contiguous q, k, v and O: every element found through its own tensor's four strides."""
     g = torch.Generator().manual_seed(15)
     q, k, v, o = _layouts(g, 1, 2, 24, 16)
-    _flash_case(flash_attention_kernel, q, k, v, False, 16, 16,
+    _flash_case(flash_attention_kernel, q, k, v, False, 32, 16,
                 "q = x.transpose(1, 2), k stored transposed, v a slice, O written through a transpose", o=o)
     passed("flash_attention_kernel: non-contiguous q, k, v and O, read and written through their own strides")
 
@@ -513,9 +514,10 @@ def flash_attention_layouts(flash_attention) -> None:
     """Non-contiguous inputs with strides of their own, fp16, and the attention computed by the kernel."""
     g = torch.Generator().manual_seed(18)
     q, k, v, _ = _layouts(g, 2, 2, 20, 16)
-    _launcher_case(flash_attention, q, k, v, "q = x.transpose(1, 2), k stored transposed, v a slice", causal=True)
-    q, k, v = (t.half() for t in _qkv(g, 1, 2, 24, 16))
-    _launcher_case(flash_attention, q, k, v, "fp16 q, k, v (1, 2, 24, 16)", causal=False)
+    _launcher_case(flash_attention, q, k, v, "q = x.transpose(1, 2), k stored transposed, v a slice, block_m=32, "
+                   "block_n=16", causal=True, blocks=(32, 16))
+    q, k, v = (t.half() for t in _qkv(g, 1, 1, 24, 16))
+    _launcher_case(flash_attention, q, k, v, "fp16 q, k, v (1, 1, 24, 16)", causal=False)
     from .ex09 import Watch
 
     q, k, v = _qkv(g, 1, 1, 48, 16)
