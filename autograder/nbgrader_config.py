@@ -44,6 +44,10 @@ from awb_grader.core.config import configure as _protect  # noqa: E402
 
 _protect(c)
 
+# `nbgrader zip_collect` opens the LMS download only, under limits; a student's uploaded archive is
+# never unpacked (awb_grader/cohort/uploads.py; the cohort command sets the same extractor).
+c.ZipCollectApp.extractor_plugin = "awb_grader.cohort.uploads.SafeExtractor"
+
 # Grading kernels talk to nbgrader over local TCP. ipykernel >= 7.4 supports CurveZMQ encryption
 # of that channel and warns on every start when it is off ("Kernel is running over TCP without
 # encryption"): let jupyter_client provision the keys where both sides support it. (The sandbox's
@@ -59,6 +63,22 @@ def _curve_available() -> bool:
 
 if _curve_available():
     c.KernelManager.transport_encryption = "auto"  # only kernels whose kernelspec declares support
+
+# A student's outputs run nowhere: every HTML page nbgrader makes of a submission (formgrader's
+# manual grading, GenerateFeedback's feedback) is nbconvert's HTMLExporter with this config.
+# SanitizeHTML (an nbconvert preprocessor, run first): markdown and raw cells and HTML/markdown
+# outputs through bleach with the tags below, JavaScript, widget and SVG outputs dropped
+# (formgrader's own template renders markdown cells unsanitized: this covers them); sanitize_html:
+# the template's own clean_html over every HTML output again (it keeps table/tr/td, shows th/thead
+# as text). PNG plots and text stay; links keep http(s)/mailto only; no attribute that could load
+# or run anything (img src, style, on*) is kept: nothing in a student's output reaches the server.
+# (core/preprocessors/active_html.py flags such a submission for review; tests/test_formgrader.py.)
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
+c.SanitizeHTML.tags = ["a", "abbr", "b", "blockquote", "br", "code", "div", "em", "h1", "h2", "h3", "h4", "h5",
+                       "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody",
+                       "td", "th", "thead", "tr", "ul"]
+c.SanitizeHTML.attributes = {"a": ["href", "title"], "abbr": ["title"], "*": ["class"]}
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.enforce_metadata = True

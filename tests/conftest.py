@@ -37,6 +37,20 @@ def _restore_process_state():
 TRITON_PARTS = ("10_flash_attention_triton", "test_checks_ex10", "test_triton", "[10-", "-10-")
 
 
+@pytest.fixture(scope="session")
+def docker():
+    """A real Docker daemon of this test session (``docker_daemon.py``); the test is skipped, with
+    the reason, where dockerd cannot start (not installed, not root, no cgroups ...)."""
+    from docker_daemon import Daemon, Unavailable
+
+    try:
+        daemon = Daemon()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    yield daemon
+    daemon.stop()
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` are skipped where PyTorch sees no CUDA device (``-m gpu`` selects them);
     exercise and lecture 10's, where Triton is not installed (macOS: no wheels; `make venv` installs

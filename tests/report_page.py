@@ -134,7 +134,7 @@ def _compare(read: dict, grades: list[dict], flags: list[dict], alike: list[dict
         assert read["cells"][(g["student_id"], g["assignment"])] == want, g
     shown = {k[:3] for k in read["flagged"]}
     assert shown == {(f["student"], f["assignment"], f["status"]) for f in flags
-                     if f["status"] in ("flagged", "ungradable", "unmatched")}
+                     if f["status"] in ("flagged", "ungradable", "unmatched", "not read")}
     for f in flags:
         key = (f["student"], f["assignment"], f["status"])
         if key in read["flagged"]:

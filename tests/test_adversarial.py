@@ -6,10 +6,13 @@ infinite loop, memory hog, fork attempt, syntax error, corrupt JSON, empty noteb
 names (no exercise / a copy suffix), stripped nbgrader metadata, deleted test cells, edited
 locked cells, patched checking machinery, reading solutions/, writing the gradebook, writing
 into the repository, network access, 50 MB of output, a renamed and reformatted copy of another
-student's answers (under Canvas's file name).
+student's answers (under Canvas's file name); all in one LMS zip that also holds uploads that are
+archives (one holding a notebook named like another student's, one with a '../' member, one
+inflating to 1 GiB) and a '../' member of the download itself (``synth.adversarial_download``).
 """
 
 import csv
+from pathlib import Path
 
 import pytest
 import report_page
@@ -18,13 +21,14 @@ from awb_grader import catalog
 from awb_grader.devtools import synth
 from awb_grader.devtools.variants import check_solution
 from awb_grader.cohort import run as cohort
-from awb_grader.isolation import sandbox
+from awb_grader.isolation import tiers
 from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.core.course import assignments as course_assignments
 
 A = synth.ADV_ASSIGNMENT
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
-BWRAP = sandbox.bwrap_works()
+BWRAP = tiers.protected()     # a sandbox of some tier (bubblewrap, or Landlock + seccomp) grades here
+TIER = tiers.detect().name if BWRAP else "limits"
 
 
 def _grade(inbox, course):
@@ -38,7 +42,8 @@ def _grade(inbox, course):
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("adversarial")
     files = synth.adversarial_cohort(tmp / "in", EXERCISES / A / f"{A}.ipynb", REPO, sandboxed=BWRAP)
-    res = _grade(tmp / "in", tmp / "course")
+    files.update(synth.adversarial_download(tmp / "in", tmp / "lms.zip", EXERCISES / A / f"{A}.ipynb"))
+    res = _grade(tmp / "lms.zip", tmp / "course")
     return files, res, {r.student: r for r in res.records}
 
 
@@ -62,18 +67,21 @@ def test_nothing_is_lost(batch):
     for name, f in files.items():
         if f["expect"] == "unmatched":
             assert any(u.endswith(name) for u in res.unmatched), name
+        elif f["expect"].startswith("unread:"):      # skipped, with its reason; nothing written outside
+            assert [n for n, why in res.unread if n.endswith(name) and f["expect"][7:] in why], res.unread
+            assert not list(Path("/tmp").glob(f"{Path(name).name}*")), name
         else:
             assert f["student"] in recs, f"{name} has no grade record"
     with open(res.root / "flags.csv") as fh:
         flagged = {r["student"] for r in csv.DictReader(fh)}
-    assert {f["student"] for f in files.values() if f["expect"] != "unmatched"} <= flagged
+    assert {f["student"] for f in files.values() if f["expect"] != "unmatched"} <= flagged    # "?": not read
     assert (res.root / "originals" / "hana" / A).exists()
 
 
 def test_honest_grades_are_unaffected(batch):
     _, res, recs = batch
     full = recs["ada"].max_score
-    for s in ("ada", "ben", "nina", "hana"):
+    for s in ("ada", "ben", "nina", "hana", "alice"):
         assert recs[s].score == full, (s, recs[s].reasons)
     lost, cells = _lost(res, "sdpa_no_scaling")
     assert recs["dev"].score == full - lost and set(recs["dev"].failed_cells) == cells
@@ -88,18 +96,21 @@ def test_honest_grades_are_unaffected(batch):
         ("farid", "ok", "SyntaxError"),
         ("jules", "ungradable", "invalid JSON"),
         ("emptyed", "ungradable", "empty notebook"),
+        ("mallet", "ungradable", "a zip archive, not a notebook: archives are never unpacked"),
+        ("eve", "ungradable", "a zip archive, not a notebook"),
+        ("zed", "ungradable", "a zip archive, not a notebook"),
         ("nina", "repaired", "graded as 04_queries_keys_values.ipynb"),
         ("hana", "repaired", "metadata was missing"),
         ("ivan", "repaired", "deleted"),
         ("edwin", "flagged", "edited test cell"),
         ("patch", "flagged", "re-checked outside"),
         ("shout", "flagged", "output truncated"),
-        pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")),
+        pytest.param("netty", "flagged", "network", marks=pytest.mark.skipif(not BWRAP, reason="needs a sandbox")),
         pytest.param(
-            "writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+            "writer", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs a sandbox")
         ),
         pytest.param(
-            "writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
+            "writer2", "flagged", "outside its folder", marks=pytest.mark.skipif(not BWRAP, reason="needs a sandbox")
         ),
     ],
 )
@@ -109,7 +120,7 @@ def test_each_kind_is_flagged_with_a_clear_reason(batch, student, status, reason
     assert r.status == status and reason in " ".join(r.reasons), (r.status, r.reasons)
 
 
-@pytest.mark.skipif(not BWRAP, reason="bubblewrap missing: reading solutions/ and fork limits are not enforced")
+@pytest.mark.skipif(not BWRAP, reason="no isolation tier: reading solutions/ and fork limits are not enforced")
 def test_sandbox_blocks_reading_solutions_and_fork_bombs(batch):
     _, res, recs = batch
     assert "outside its folder" in " ".join(recs["reader"].reasons)
@@ -167,7 +178,7 @@ def test_report_page_shows_what_the_csvs_hold(batch):
 def test_rerun_is_idempotent(batch):
     _, res, _ = batch
     before = {p: (res.root / p).read_text() for p in ("grades.csv", "flags.csv")}
-    again = _grade(res.root.parent / "in", res.root)
+    again = _grade(res.root.parent / "lms.zip", res.root)
     assert again.graded_now == []
     assert {p: (res.root / p).read_text() for p in before} == before
 
@@ -176,8 +187,16 @@ def test_rerun_is_idempotent(batch):
 def test_outside_recheck_never_fails_a_reference_solution(assignment, tmp_path, monkeypatch):
     """The re-check outside the kernel must never take points from correct work: every
     exercise's reference solution passes every hidden test replayed outside the kernel."""
-    monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap" if BWRAP else "limits")
+    monkeypatch.setenv("AWB_SANDBOX_MODE", TIER)
     got = check_solution(assignment, tmp_path / "work", timeout=60)
     assert got, "no hidden blocks found"
     # every test cell is replayed outside (functions, classes and objects through proxies) and passes
     assert {c: v for c, v in got.items() if v != "pass"} == {}
+
+
+def test_an_inflating_upload_costs_its_own_size(batch):
+    """zed's zip inflates to 1 GiB: never unpacked, the course folder holds a few copies of its bytes."""
+    _, res, _ = batch
+    upload = max(p.stat().st_size for p in res.root.rglob("*04_queries_keys_values.zip"))
+    big = [(p, p.stat().st_size) for p in res.root.rglob("*") if p.is_file() and p.stat().st_size > 2 * upload]
+    assert upload < 8 << 20 and big == [], big

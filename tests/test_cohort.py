@@ -13,7 +13,7 @@ import pytest
 from awb_grader import catalog
 from awb_grader.cohort import run as cohort
 from awb_grader.verdict import outside as verdict
-from awb_grader.isolation import sandbox
+from awb_grader.isolation import sandbox, tiers
 from awb_grader.cohort.collect import DEFAULT_PATTERN, collect
 from awb_grader.cohort.summary import misconceptions
 from awb_grader.core.records import Record
@@ -169,10 +169,10 @@ def test_rerun_is_idempotent_and_late_submissions_are_graded_alone(tmp_path, mon
     # sandboxed kernel reported its working directory gone (every submission scored 0, flagged).
     root = tmp_path / "a-course-root-as-deep-as-an-instructor-may-choose" / "course"
     quiet = dict(workers=2, timeout=30, progress=False, say=_quiet, exercises=["04"],
-                 unprotected=not sandbox.bwrap_works())
+                 unprotected=not tiers.protected())
     r1 = _cohort_in_fresh_process(first, root, **quiet)
     assert sorted(r1.graded_now) == [(A, "ada"), (A, "dev")]
-    assert r1.sandbox == ("bwrap" if sandbox.bwrap_works() else "limits")
+    assert r1.sandbox == (tiers.detect().name if tiers.protected() else "limits")
     assert len(str(root / "shards" / "w0" / "runtime" / "sock" / "kernel-ipc-1")) > sandbox.SUN_PATH_MAX
     scores = {r.student: r.score for r in r1.records}
     assert scores["ada"] == r1.records[0].max_score > scores["dev"]

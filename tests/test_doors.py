@@ -29,12 +29,14 @@ from awb_grader.core.preprocessors.flag_submission import FlagSubmission
 from awb_grader.core.preprocessors.sandbox_guard import SandboxGuard
 from awb_grader.isolation.sandbox import KERNEL_NAME, UNPROTECTED_ENV, UNPROTECTED_NOTE, Refused
 from awb_grader.catalog.shortcuts import SHORTCUTS
+from awb_grader.isolation import tiers
 from awb_grader.core.course import AUTOGRADER, EXERCISES, REPO, Course
 from awb_grader.devtools.variants import student_notebook
 
 A = "05_multi_head_attention"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 BWRAP = sandbox.bwrap_works()
+PROTECTED = tiers.protected()       # bubblewrap, or the Landlock tier where namespaces are refused
 FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel stops itself\n"
 
 
@@ -83,12 +85,17 @@ def test_the_sandbox_kernel_spec_is_found_by_the_kernel_manager():
     assert km.kernel_spec.interrupt_mode == "message"
 
 
-def test_without_bubblewrap_every_door_refuses_unless_told(monkeypatch, tmp_path):
+def test_where_no_tier_can_run_every_door_refuses_unless_told(monkeypatch, tmp_path):
+    from awb_grader.isolation import tiers
+
     monkeypatch.setattr(sandbox, "_BWRAP_OK", False)
+    monkeypatch.setattr(tiers, "_BWRAP_WHY", "bubblewrap: Creating new namespace failed: Operation not permitted")
+    monkeypatch.setattr(tiers, "_LANDLOCK", ("Landlock: this kernel has none (Linux 5.13 or later ...)", ""))
+    monkeypatch.delenv(tiers.FORCE_ENV, raising=False)
     monkeypatch.delenv(UNPROTECTED_ENV, raising=False)
     nb = nbformat.v4.new_notebook()
     guard = SandboxGuard()
-    with pytest.raises(Refused, match="bubblewrap"):
+    with pytest.raises(Refused, match="Creating new namespace failed.*Landlock: this kernel has none"):
         guard.preprocess(nb, {})
     from awb_grader.cohort.run import run_cohort
 
@@ -263,7 +270,7 @@ def grade_through_every_door(tmp: Path, timeout: int = 20) -> dict[str, dict[str
 @pytest.mark.slow
 @pytest.mark.sandbox
 @pytest.mark.xdist_group("cohort")
-@pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here: every door refuses (tested above)")
+@pytest.mark.skipif(not PROTECTED, reason="no isolation tier can run here: every door refuses (tested above)")
 def test_every_door_gives_the_same_scores_and_flags(tmp_path):
     doors = grade_through_every_door(tmp_path)
     first = doors["nbgrader autograde"]

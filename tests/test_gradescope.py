@@ -1,14 +1,16 @@
-"""Gradescope: the autograder zip, unpacked into a temporary root that bubblewrap binds at
-``/autograder``, set up once with ``setup.sh`` and run by ``run_autograder`` on five uploads, as
-Gradescope would: an honest notebook, a catalogued mistake, a delegation to the workbook's
-reference, encoded tampering and a broken file.
+"""Gradescope: the autograder zip, run as Gradescope runs it, in a real Docker daemon
+(``docker_daemon.py``: Docker's default seccomp profile and capabilities, no ``--privileged``,
+no network): unpacked to ``/autograder/source``, ``setup.sh`` once in one container, then
+``run_autograder`` on each upload (``/autograder/submission`` -> ``/autograder/results/results.json``)
+in a second container with Gradescope's default memory limit (768 MB): a forger first (it writes
+results.json, the gradebook and the grader's files, and leaves a detached process that keeps
+rewriting results.json), then an honest notebook, a catalogued mistake, a delegation to the
+workbook's reference, encoded tampering and a broken file. Bubblewrap cannot make namespaces
+there: the grades come from the Landlock tier, as root (a uid of its own per sandbox).
 
 ``setup.sh`` installs from the package registries on Gradescope; here ``AWB_SETUP_VENV`` points
-it at the test suite's own virtual environment (the only difference) to keep CI short. Each run
-gets Gradescope's default limits where this machine lets the test make cgroups: 768 MB of
-memory (enforced: a run over it is killed) for every upload, half a CPU for the honest one (the
-time reported); the figures (time, peak memory) are printed and must fit the defaults (768 MB,
-10 minutes).
+it at the test suite's own virtual environment (bound read-only) to keep CI short: nothing else
+differs. The figures (time and peak memory per upload) are printed.
 
 Fast tests (no kernel): the zip's layout, results.json's shape, hidden-check messages replaced,
 reseeding at build time.
@@ -25,9 +27,7 @@ import nbformat
 import pytest
 
 from awb_grader import catalog
-from awb_grader.devtools import rehearsal
 from awb_grader.platforms import gradescope, harness
-from awb_grader.isolation import sandbox
 from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES
 from awb_grader.devtools.variants import solution_cells, student_notebook
@@ -37,7 +37,7 @@ RELEASE = EXERCISES / A / f"{A}.ipynb"
 MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
 DELEGATION = next(s for s in shortcuts(A) if s.id == "sdpa_wraps_reference")
 TAMPERING = next(s for s in shortcuts(A) if s.kind == "tampering: encoded")
-GRADESCOPE_MB, GRADESCOPE_CPUS, GRADESCOPE_S = 768, 0.5, 600
+GRADESCOPE_MB, GRADESCOPE_S = 768, 600
 VENV = os.path.realpath(sys.prefix)     # the suite's environment, seen inside the container too
 
 
@@ -93,13 +93,34 @@ def test_results_json_hides_hidden_check_details():
     assert "0.31" not in json.dumps(res)
 
 
-# -- slow: the harness end to end --------------------------------------------------------------
-needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap") or not sandbox.bwrap_works(),
-                                 reason="bubblewrap cannot run here: the harness test binds /autograder with it")
+# -- slow: the harness end to end, in Docker ------------------------------------------------
+RUN_ALL = """
+set -u
+for name in $(cat /uploads/order); do
+  rm -rf /autograder/submission /autograder/results && mkdir -p /autograder/submission
+  cp /uploads/$name.file /autograder/submission/$(cat /uploads/$name.as)
+  t0=$EPOCHREALTIME
+  /autograder/run_autograder > /uploads/out/$name.log 2>&1
+  echo "rc $? seconds $(awk "BEGIN {print $EPOCHREALTIME - $t0}")" >> /uploads/out/$name.log
+  cp /autograder/results/results.json /uploads/out/$name.json 2>/dev/null || true
+done
+sleep 3      # a process that outlived its kernel would rewrite results.json now
+cp /autograder/results/results.json /uploads/out/last.json
+"""
+
+
+def _forger_upload() -> bytes:
+    from test_tiers import DETACHED, FORGER
+
+    first = solution_cells(A)
+    first_id = next(iter(first))
+    cell = FORGER + "\n" + DETACHED.split("raise NotImplementedError()\n", 1)[1]
+    return nbformat.writes(student_notebook(RELEASE, A, {first_id: cell},
+                                            unanswered=tuple(c for c in first if c != first_id))).encode()
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(docker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gradescope")
     z = gradescope.build("04", tmp / "autograder.zip", visibility="after_published", seed_salt="private-mirror")
     root = tmp / "root"
@@ -108,47 +129,61 @@ def graded(tmp_path_factory):
         zf.extractall(root / "source")
     for p in ("setup.sh", "run_autograder"):
         (root / "source" / p).chmod(0o755)
-    setup = rehearsal.contained(["bash", "/autograder/source/setup.sh"], {"/autograder": root},
-                              env={"AWB_SETUP_VENV": VENV}, keep=[VENV])
+    setup = docker.run(["-v", f"{root}:/autograder", "-e", f"AWB_SETUP_VENV={VENV}"],
+                       ["bash", "/autograder/source/setup.sh"])
     assert setup["rc"] == 0, setup["stdout"][-3000:]
     shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")   # as Gradescope's image build does
-    out = {}
-    for name, data in uploads().items():
-        for d in ("submission", "results"):
-            shutil.rmtree(root / d, ignore_errors=True)
-        (root / "submission").mkdir()
-        (root / "submission" / ("notebook.ipynb" if name == "broken" else f"{A}.ipynb")).write_bytes(data)
-        # every run under the memory limit; the honest one (the time we report) under half a CPU too,
-        # the others on the whole machine to keep the suite short
-        run = rehearsal.contained(["/autograder/run_autograder"], {"/autograder": root}, memory_mb=GRADESCOPE_MB,
-                                cpus=GRADESCOPE_CPUS if name == "honest" else None, timeout=GRADESCOPE_S + 60,
-                                keep=[VENV])
-        p = root / "results" / "results.json"
-        out[name] = (json.loads(p.read_text()) if p.exists() else None, run)
-    print("\nGradescope harness, per submission (memory limit %d MB where cgroups allow):" % GRADESCOPE_MB)
-    for name, (_, run) in out.items():
-        print(f"  {name:<11} {run['seconds']:6.1f} s  peak PSS {run['peak_pss_mb']:6.1f} MB  cgroup peak "
-              f"{run['cgroup_peak_mb']} MB  memory limit enforced: {run['limited']}  cpus: {run['cpus']}")
+    up = tmp / "uploads"
+    (up / "out").mkdir(parents=True)
+    files = {"forger": _forger_upload(), **uploads()}
+    for name, data in files.items():
+        (up / f"{name}.file").write_bytes(data)
+        (up / f"{name}.as").write_text("notebook.ipynb" if name == "broken" else f"{A}.ipynb")
+    (up / "order").write_text(" ".join(files))
+    run = docker.run(["-v", f"{root}:/autograder", "-v", f"{up}:/uploads", "--memory", f"{GRADESCOPE_MB}m"],
+                     ["bash", "-c", RUN_ALL], timeout=GRADESCOPE_S * len(files))
+    out = {"_setup": setup, "_run": run, "_last": json.loads((up / "out" / "last.json").read_text())}
+    for name in files:
+        log = (up / "out" / f"{name}.log").read_text() if (up / "out" / f"{name}.log").exists() else ""
+        tail = log.strip().splitlines()[-1].split() if log.strip() else ["rc", "?", "seconds", "0"]
+        p = up / "out" / f"{name}.json"
+        out[name] = (json.loads(p.read_text()) if p.exists() else None,
+                     {"rc": int(tail[1]) if tail[1].isdigit() else -1, "seconds": float(tail[3]), "stdout": log})
+    print(f"\nGradescope in Docker (default seccomp and capabilities, --memory {GRADESCOPE_MB}m), per upload:")
+    for name in files:
+        print(f"  {name:<11} {out[name][1]['seconds']:6.1f} s")
     return out
+
+
+def _uploads(graded):
+    return [(k, v) for k, v in graded.items() if not k.startswith("_")]
 
 
 def _tests(res):
     return {t["name"]: t for t in res["tests"]}
 
 
-@needs_bwrap
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.xdist_group("cohort")
+@pytest.mark.xdist_group("docker")
 class TestHarness:
+    def test_setup_says_which_tier_the_image_gets(self, graded):
+        said = graded["_setup"]["stdout"]
+        assert "isolation tier: landlock" in said and "not bubblewrap: Creating new namespace failed" in said, said
+        assert "falls back" not in said
+
     def test_every_run_wrote_results_within_gradescope_defaults(self, graded):
-        for name, (res, run) in graded.items():
+        for name, (res, run) in _uploads(graded):
             assert run["rc"] == 0 and res is not None, (name, run["stdout"][-3000:])
             assert run["seconds"] < GRADESCOPE_S, (name, run["seconds"])
-            assert not run["oom"], (name, run)
-            if not run["limited"]:      # no cgroup here: the sampled peak must fit on its own
-                assert run["peak_pss_mb"] < GRADESCOPE_MB, (name, run["peak_pss_mb"])
-            assert "sandbox bwrap" in run["stdout"], run["stdout"][:400]
+            assert "sandbox landlock" in run["stdout"], run["stdout"][:400]
+
+    def test_a_forger_gets_nothing_and_leaves_nothing_running(self, graded):
+        res, run = graded["forger"]
+        assert res["score"] == 0 and res["extra_data"]["status"] == "flagged", res["output"]
+        assert "outside its folder" in run["stdout"]
+        assert res["output"] != "forged" and graded["_last"]["output"] != "forged"
+        assert graded["_last"] == graded["broken"][0]       # the last upload's own results, 3 s later
 
     def test_honest_submission_gets_full_marks(self, graded):
         res, _ = graded["honest"]
@@ -191,7 +226,7 @@ class TestHarness:
     def test_no_hidden_check_code_or_values_reach_students(self, graded):
         hidden_src = (Path(harness.REPO) / "autograder/awb_grader/hidden/ex04.py").read_text()
         lines = {ln.strip() for ln in hidden_src.splitlines() if len(ln.strip()) > 25}
-        for name, (res, _) in graded.items():
+        for name, (res, _) in _uploads(graded):
             text = json.dumps([res["output"], [t["output"] for t in res["tests"]]])
             assert "hidden test:" not in text and "BEGIN HIDDEN" not in text and "awb_grader" not in text, name
             assert not [ln for ln in lines if ln in text], name

@@ -1,10 +1,15 @@
 """PrairieLearn: the files an externally graded question needs, and the grader run as
-PrairieLearn runs it: ``/grade`` bound by bubblewrap with ``serverFilesCourse/``, the question's
-``tests/`` and the upload in ``student/``; the entrypoint writes ``/grade/results/results.json``.
+PrairieLearn runs it: in a real Docker daemon (``docker_daemon.py``) with Docker's defaults (no
+added capabilities or security options, no network), ``/grade`` holding ``serverFilesCourse/``,
+the question's ``tests/`` and the upload in ``student/``; the entrypoint writes
+``/grade/results/results.json``. Bubblewrap cannot make namespaces there: the grades come from
+the Landlock tier, as root.
 
 The grading image's Python is the test suite's own (``AWB_PYTHON``, the entrypoint's one
-setting), instead of the image that ``graders/awb/Dockerfile`` builds. Same five uploads as the
-Gradescope test: honest, a catalogued mistake, a delegation, encoded tampering, a broken file.
+setting, bound read-only), instead of the image that ``graders/awb/Dockerfile`` builds. The
+uploads, one job each in one container: a forger (results.json, the gradebook, the grader's files,
+a detached process that keeps rewriting results.json), then the Gradescope test's five: honest,
+a catalogued mistake, a delegation, encoded tampering, a broken file.
 """
 
 import json
@@ -13,9 +18,7 @@ import shutil
 
 import pytest
 
-from awb_grader.devtools import rehearsal
 from awb_grader.platforms import harness, prairielearn
-from awb_grader.isolation import sandbox
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
 
 PL_TIMEOUT_S = 600
@@ -46,43 +49,63 @@ def test_results_json_format():
     assert broken["gradable"] is False and broken["score"] == 0.0     # the grader's failure: not charged
 
 
-needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap") or not sandbox.bwrap_works(),
-                                 reason="bubblewrap cannot run here: the harness test binds /grade with it")
+RUN_ALL = """
+set -u
+for name in $(cat /uploads/order); do
+  rm -rf /grade/student /grade/results /grade/awb-work && mkdir -p /grade/student
+  cp /uploads/$name.file /grade/student/04_queries_keys_values.ipynb
+  /grade/serverFilesCourse/awb/run_prairielearn > /uploads/out/$name.log 2>&1
+  echo "rc $?" >> /uploads/out/$name.log
+  cp /grade/results/results.json /uploads/out/$name.json 2>/dev/null || true
+done
+sleep 3      # a process that outlived its kernel would rewrite results.json now
+cp /grade/results/results.json /uploads/out/last.json
+"""
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(docker, tmp_path_factory):
+    from test_gradescope import _forger_upload
+
     tmp = tmp_path_factory.mktemp("prairielearn")
     q = prairielearn.build("04", tmp / "course")
-    out = {}
-    for name, data in uploads().items():
-        grade = tmp / f"grade-{name}"
-        shutil.copytree(tmp / "course" / "serverFilesCourse", grade / "serverFilesCourse", symlinks=True)
-        shutil.copytree(q / "tests", grade / "tests")
-        (grade / "student").mkdir()
-        (grade / "student" / f"{A}.ipynb").write_bytes(data)
-        run = rehearsal.contained(["/grade/serverFilesCourse/awb/run_prairielearn"], {"/grade": grade},
-                                env={"AWB_PYTHON": os.path.join(VENV, "bin", "python")}, timeout=PL_TIMEOUT_S,
-                                keep=[VENV])
-        p = grade / "results" / "results.json"
-        out[name] = (json.loads(p.read_text()) if p.exists() else None, run)
-    print("\nPrairieLearn harness, per submission:")
-    for name, (_, run) in out.items():
-        print(f"  {name:<11} {run['seconds']:6.1f} s  peak PSS {run['peak_pss_mb']:6.1f} MB")
+    grade, up = tmp / "grade", tmp / "uploads"
+    shutil.copytree(tmp / "course" / "serverFilesCourse", grade / "serverFilesCourse", symlinks=True)
+    shutil.copytree(q / "tests", grade / "tests")
+    (up / "out").mkdir(parents=True)
+    files = {"forger": _forger_upload(), **uploads()}
+    for name, data in files.items():
+        (up / f"{name}.file").write_bytes(data)
+    (up / "order").write_text(" ".join(files))
+    run = docker.run(["-v", f"{grade}:/grade", "-v", f"{up}:/uploads",
+                      "-e", f"AWB_PYTHON={os.path.join(VENV, 'bin', 'python')}"],
+                     ["bash", "-c", RUN_ALL], timeout=PL_TIMEOUT_S * len(files))
+    out = {"_run": run, "_last": json.loads((up / "out" / "last.json").read_text())}
+    for name in files:
+        log = (up / "out" / f"{name}.log").read_text() if (up / "out" / f"{name}.log").exists() else "rc ?"
+        p = up / "out" / f"{name}.json"
+        out[name] = (json.loads(p.read_text()) if p.exists() else None,
+                     {"rc": 0 if log.strip().endswith("rc 0") else 1, "stdout": log})
+    print(f"\nPrairieLearn in Docker (its defaults): {len(files)} jobs in {run['seconds']:.0f} s")
     return out
 
 
-@needs_bwrap
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.xdist_group("cohort")
+@pytest.mark.xdist_group("docker")
 class TestGrader:
     def test_every_run_wrote_results(self, graded):
-        for name, (res, run) in graded.items():
+        for name, (res, run) in [(k, v) for k, v in graded.items() if not k.startswith("_")]:
             assert run["rc"] == 0 and res is not None, (name, run["stdout"][-3000:])
             assert set(res) >= {"gradable", "score", "message", "tests"} and 0 <= res["score"] <= 1, name
             assert all(set(t) >= {"name", "points", "max_points", "message"} for t in res["tests"]), name
             assert res["gradable"] is True, (name, res["message"])
+            assert "sandbox landlock" in run["stdout"], run["stdout"][:400]
+
+    def test_a_forger_gets_nothing_and_leaves_nothing_running(self, graded):
+        res, run = graded["forger"]
+        assert res["score"] == 0 and "flagged for review" in res["message"] and "outside its folder" in run["stdout"]
+        assert graded["_last"] == graded["broken"][0]       # the last job's own results, 3 s later
 
     def test_honest_full_marks(self, graded):
         res, _ = graded["honest"]

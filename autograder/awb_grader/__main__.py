@@ -3,7 +3,7 @@
 One subcommand, one handler: ``release``, ``demo``, ``grade`` (one exercise), ``cohort`` (every
 exercise; ``--shard I/N`` on a cluster node), ``merge`` (the shards), ``adversarial``,
 ``gradescope`` and ``prairielearn`` (a platform's build). Exit codes: 0 done, 1 ``release
---check`` found exercises/ out of sync, 2 nothing to grade or merge, 3 refused (no bubblewrap).
+--check`` found exercises/ out of sync, 2 nothing to grade or merge, 3 refused (no isolation tier).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def cmd_grade(a) -> int:
 
 
 def cmd_cohort(a) -> int:
-    """Grade; 2 when the source held nothing to grade, 3 when refused (no bubblewrap)."""
+    """Grade; 2 when the source held nothing to grade, 3 when refused (no isolation tier)."""
     from .cohort.collect import DEFAULT_PATTERN
     from .cohort.run import run_cohort
     from .isolation.sandbox import Refused
@@ -73,13 +73,13 @@ def cmd_adversarial(a) -> int:
     from .cohort.run import run_cohort
     from .core.course import EXERCISES
     from .devtools import synth
-    from .isolation.sandbox import bwrap_works
+    from .isolation.tiers import protected
 
     where = a.course.resolve()
     if where.exists():
         shutil.rmtree(where)
     files = synth.adversarial_cohort(where / "submissions", EXERCISES / synth.ADV_ASSIGNMENT /
-                                     f"{synth.ADV_ASSIGNMENT}.ipynb", REPO, sandboxed=bwrap_works())
+                                     f"{synth.ADV_ASSIGNMENT}.ipynb", REPO, sandboxed=protected())
     for name, f in sorted(files.items(), key=lambda kv: kv[1]["student"]):
         print(f"  {f['student']:<9} {f['kind']:<45} {name}")
     run_cohort(where / "submissions", where / "course", [synth.ADV_ASSIGNMENT], workers=a.workers, timeout=20)
@@ -91,7 +91,7 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--course", type=Path, default=COHORT_ROOT, help="course root (default build/cohort)")
     p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
     p.add_argument("--workers", type=int, default=None, help="parallel graders (default: CPU cores, at most 8)")
-    p.add_argument("--unprotected", action="store_true", help="grade even where bubblewrap cannot run "
+    p.add_argument("--unprotected", action="store_true", help="grade even where no isolation tier can run "
                                                               "(resource limits only): the grades are NOT protected")
     p.add_argument("--no-feedback", action="store_true")
 

@@ -128,9 +128,10 @@ def _forget_old_grade(course: Course, assignment: str, student: str) -> None:
             shutil.rmtree(d)
 
 
-def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) -> Path:
+def write_flags(records: list[Record], dest: Path, unmatched: list[str] = (), unread: list = ()) -> Path:
     """``flags.csv``: every submission's status, reasons and failed cells, then one row per file
-    that names no exercise (the cohort command's collector lists them)."""
+    that names no exercise (the cohort command's collector lists them) and one per file or
+    member of the download that was not read, with why (``uploads.SafeExtractor``)."""
     with open(dest, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["student", "assignment", "score", "max_score", "status", "reasons", "failed_cells"])
@@ -140,6 +141,8 @@ def write_flags(records: list[Record], dest: Path, unmatched: list[str] = ()) ->
         for f in unmatched:
             w.writerow(["?", "?", "", "", "unmatched",
                         f"file {f!r} names no exercise (expected <student>_NN_topic.ipynb)", ""])
+        for f, why in unread:
+            w.writerow(["?", "?", "", "", "not read", f"{f!r}: {why}", ""])
     return dest
 
 

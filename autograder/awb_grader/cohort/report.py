@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from . import lms_export, similarity
 
-FLAG_STATUSES = ("flagged", "ungradable", "unmatched")
+FLAG_STATUSES = ("flagged", "ungradable", "unmatched", "not read")
 SHOWN_PAIRS = 30          # per exercise with their code; every pair is in similarity.csv
 
 
@@ -349,7 +349,7 @@ def write_all(root: Path, course, records: list, sources: dict | None = None) ->
         per_checks[a] = checks(a, cells.get(a, {}), status, by_a.get(a, {}), course.release_root)
     graded: dict = defaultdict(list)
     for f in flags:
-        if f["status"] not in ("ungradable", "unmatched"):
+        if f["status"] not in ("ungradable", "unmatched", "not read"):
             graded[f["assignment"]].append(f["student"])
     findings = similarity.cohort_findings(root, course.release_root, graded)
     sim_csv = write_similarity_csv(findings, root / "summary" / "similarity.csv")

@@ -48,6 +48,7 @@ class CohortResult:
     # (time.time()), and per notebook graded now: its worker, when the worker took it and gave it back
     steps: dict = field(default_factory=dict)
     timeline: list = field(default_factory=list)
+    unread: list = field(default_factory=list)      # (file or member, reason): not read from the download
 
 
 def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, workers: int | None = None,
@@ -60,8 +61,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     memory limit (default ``sandbox.Limits.memory_mb``); ``regrade``: grade unchanged submissions again;
     ``verdict``: the outside-the-kernel re-check; ``shard=(i, n)``: grade only shard i of n of
     the collected submissions (:func:`shards.select`). Refuses (``isolation.sandbox.Refused``) where
-    bubblewrap cannot run, unless ``unprotected``."""
-    from ..isolation import sandbox as sb
+    no isolation tier can run, unless ``unprotected``."""
+    from ..isolation import sandbox as sb, tiers
     from . import parallel
 
     t0 = time.perf_counter()
@@ -69,12 +70,13 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     memory_mb = memory_mb or sb.Limits.memory_mb
-    mode = sb.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
+    mode = tiers.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
     course = Course(root, release_dir=root / "release", timeout=timeout)
     names = resolve(exercises)
-    say(f"sandbox: {mode}" + (" (bubblewrap, a new sandboxed kernel per notebook: no network, read-only system, "
+    say(f"sandbox: {mode}" + ({"bwrap": " (bubblewrap", "landlock": " (Landlock + seccomp"}[mode]
+                              + ", a new sandboxed kernel per notebook: no network, read-only system, "
                               f"only its own folder writable; memory {memory_mb} MB, {timeout} s per cell)"
-                              if mode == "bwrap" else " (UNPROTECTED: resource limits only)"))
+                              if mode != "limits" else " (UNPROTECTED: resource limits only)"))
 
     say(f"1/4 collect: nbgrader zip_collect on {source} for {len(names)} exercise(s)")
     for a in names:
@@ -87,7 +89,8 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
         got.subs = select(got.subs, *shard)
     n_files = sum(len(v) for v in got.subs.values())
     say(f"    {n_files} submission(s) from {len({s for v in got.subs.values() for s in v})} student(s)"
-        + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else ""))
+        + (f"; {len(got.unmatched)} file(s) name no exercise" if got.unmatched else "")
+        + (f"; {len(got.unread)} file(s) not read (flags.csv says why)" if got.unread else ""))
 
     state = load_state(root)
     tasks, skipped = _to_grade(got.subs, state, root, regrade)
@@ -103,12 +106,12 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     say("3/4 export: nbgrader's CSV export plugin -> grades.csv; flags.csv")
     course.export_csv(root / "grades.csv")
     records = [rec for a in sorted(state) for rec in (state[a][s] for s in sorted(state[a]))]
-    write_flags(records, root / "flags.csv", got.unmatched)
+    write_flags(records, root / "flags.csv", got.unmatched, got.unread)
     say("4/4 summary")
     res = CohortResult(root, records, [(r.assignment, r.student) for r in results], skipped,
                        got.unmatched, mode, time.perf_counter() - t0, steps=steps,
                        timeline=[{"assignment": r.assignment, "student": r.student, "worker": r.worker,
-                                  "began": r.began, "ended": r.ended} for r in results])
+                                  "began": r.began, "ended": r.ended} for r in results], unread=got.unread)
     res.summary = summarize(res)
     (root / "summary").mkdir(exist_ok=True)
     from . import report      # the page, the alike answers and the LMS imports (cohort/report.py)
@@ -144,8 +147,8 @@ def _keep(results: list, renamed: dict, state: dict, course: Course) -> None:
     a repair), and every record gets its exercise's maximum (an ungradable one has none recorded)."""
     for r in results:
         note = renamed.get((r.student, r.assignment))
-        if note:
-            r.reasons.insert(0, f"{note}: graded as {r.assignment}.ipynb")
+        if note:      # an upload that is not a notebook is not "graded as" one (uploads.py)
+            r.reasons.insert(0, note if "uploaded " in note else f"{note}: graded as {r.assignment}.ipynb")
             if r.status == OK:
                 r.status = REPAIRED
         r.seconds, r.phases = round(r.seconds, 2), {k: round(v, 2) for k, v in r.phases.items()}
@@ -159,13 +162,13 @@ def _keep(results: list, renamed: dict, state: dict, course: Course) -> None:
 def build_course(root: Path, exercises: list[str], empty: Path, timeout: int = 60, say=print) -> CohortResult:
     """The cohort command over the empty folder ``empty``: builds the course (nbgrader
     generate_assignment) where needed and exports grades.csv, flags.csv and the summary from the
-    gradebook and state. It grades nothing, so it runs without bubblewrap where bubblewrap cannot
-    run (and only then does its summary say so)."""
-    from ..isolation.sandbox import bwrap_works
+    gradebook and state. It grades nothing, so it runs without a sandbox where no isolation tier
+    can run (and only then does its summary say so)."""
+    from ..isolation.tiers import protected
 
     Path(empty).mkdir(parents=True, exist_ok=True)
     return run_cohort(empty, root, exercises, workers=1, timeout=timeout, feedback=False, progress=False,
-                      say=say, unprotected=not bwrap_works())
+                      say=say, unprotected=not protected())
 
 
 def _in_gradebook(course: Course, assignment: str) -> bool:

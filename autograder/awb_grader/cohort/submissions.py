@@ -65,7 +65,11 @@ def inspect_notebook(path: Path, release_path: Path, originals_dir: Path | None 
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        ins.note(UNGRADABLE, f"not a readable notebook (invalid JSON: {str(e)[:80]})")
+        from .uploads import NOT_UNPACKED, not_a_notebook
+
+        kind = not_a_notebook(path)
+        ins.note(UNGRADABLE, f"{kind}, not a notebook: {NOT_UNPACKED}" if kind
+                 else f"not a readable notebook (invalid JSON: {str(e)[:80]})")
         return ins
     try:
         nb = nbformat.reads(json.dumps(data), as_version=4)

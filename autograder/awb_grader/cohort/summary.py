@@ -70,7 +70,7 @@ def summarize(res) -> str:
     recs = res.records
     from ..isolation.sandbox import WARNING
 
-    lines = [] if res.sandbox == "bwrap" else [WARNING, ""]
+    lines = [WARNING, ""] if res.sandbox == "limits" else []
     lines += [f"cohort: {len({r.student for r in recs})} student(s), {len(recs)} submission(s); "
              f"graded now {len(res.graded_now)}, kept {res.skipped}; {res.seconds:.0f} s; sandbox {res.sandbox}", ""]
     lines.append("score distribution per exercise (points):")
@@ -93,6 +93,8 @@ def summarize(res) -> str:
         lines.append(f"  ... and {len(flagged) - 40} more")
     for f in res.unmatched[:20]:
         lines.append(f"  {'?':<14} ??  unmatched  file {f!r} names no exercise")
+    for f, why in getattr(res, "unread", [])[:20]:
+        lines.append(f"  {'?':<14} ??  not read   {f!r}: {why}"[:200])
     lines += ["", "what the cohort got wrong (most failed checks -> the misconception they most often mean):"]
     for a in sorted({r.assignment for r in recs}):
         ms = misconceptions(recs, a)

@@ -42,6 +42,7 @@ PREPROCESSORS = [
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "awb_grader.core.preprocessors.limit_output.LimitOutputBytes",
+    "awb_grader.core.preprocessors.active_html.FlagActiveHTML",
     "awb_grader.core.preprocessors.outside_verdict.OutsideVerdict",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",

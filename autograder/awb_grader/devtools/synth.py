@@ -139,7 +139,7 @@ def disguised(code: str, keep: set = frozenset()) -> str:
 def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool = True) -> dict[str, dict]:
     """Write one file per hostile or broken kind (plus honest students) into ``dest``.
     Returns {file name: {"student", "kind", "expect"}} where expect says what must happen.
-    ``sandboxed=False`` (no bubblewrap) leaves out the kinds only a sandbox can stop
+    ``sandboxed=False`` (no isolation tier) leaves out the kinds only a sandbox can stop
     (``SANDBOX_ONLY``: they would really read solutions/, write the gradebook and the
     repository, reach the network, fork without limit as root)."""
     from ..catalog import alternatives, mistakes
@@ -236,3 +236,44 @@ open({str(repo / "exercises" / "PWNED.txt")!r}, "w").write("pwned")
     put("netty", "network access", net, "flag:network")
     put("shout", "50 MB of output", nb({"softmax": sol["softmax"] + "\nprint('x' * 50_000_000)\n"}), "flag:output")
     return files
+
+
+def adversarial_download(folder: Path, dest_zip: Path, release_nb: Path) -> dict[str, dict]:
+    """The LMS download of the adversarial cohort: every file of ``folder`` (``adversarial_cohort``)
+    in one zip, with uploads that are archives and an unsafe member of the download itself (issue 37).
+    Returns their entries as ``adversarial_cohort`` does ("?": a member no student gets)."""
+    import io
+
+    a = ADV_ASSIGNMENT
+    honest = nbformat.writes(student_notebook(release_nb, a))
+    broken = nbformat.writes(student_notebook(release_nb, a, {"softmax": "def softmax(x, dim=-1):\n    1 / 0\n"}))
+
+    def archive(members, level=6):
+        b = io.BytesIO()
+        with zipfile.ZipFile(b, "w", zipfile.ZIP_DEFLATED, compresslevel=level) as z:
+            for name, text in members:
+                if text is None:          # 1 GiB of zeros, deflated (level 1: a few MB, made in seconds)
+                    with z.open(name, "w", force_zip64=True) as f:
+                        for _ in range(1024):
+                            f.write(bytes(1 << 20))
+                else:
+                    z.writestr(name, text)
+        return b.getvalue()
+
+    extra = {
+        f"alice_{a}.ipynb": ("alice", "honest, beside an archive that names her file", honest, "full"),
+        f"mallet_{a}.zip": ("mallet", "an archive holding a notebook named like alice's",
+                            archive([(f"alice_{a}.ipynb", broken)]), "ungradable:a zip archive"),
+        f"eve_{a}.zip": ("eve", "an archive with a member outside it ('../')",
+                         archive([(f"../../../../../tmp/awb_eve_{a}.ipynb", honest)]), "ungradable:a zip archive"),
+        f"zed_{a}.zip": ("zed", "an archive inflating to 1 GiB", archive([(f"bomb_{a}.ipynb", None)], 1),
+                         "ungradable:a zip archive"),
+        f"../../../../../tmp/awb_x_{a}.ipynb": ("?", "a member of the download outside it ('../')", honest,
+                                                 "unread:outside the download"),
+    }
+    with zipfile.ZipFile(dest_zip, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(Path(folder).iterdir()):
+            z.write(p, f"adversarial/{p.name}")
+        for name, (_, _, data, _) in extra.items():
+            z.writestr(name if name.startswith("..") else f"adversarial/{name}", data)
+    return {name: {"student": st, "kind": kind, "expect": expect} for name, (st, kind, _, expect) in extra.items()}

@@ -21,9 +21,10 @@ nbgrader's own per-cell time limit (``Execute.timeout``) interrupts a cell that 
 and :class:`LimitOutputBytes` truncates huge outputs before they reach the autograded
 notebook, the feedback and the gradebook.
 
-When ``bwrap`` is missing (or cannot create namespaces), grading is refused unless the grader
-says the grades may be unprotected (:func:`sandbox_mode`); then it runs with the resource
-limits only, and :func:`configure` prints a loud warning: student code can then read files and
+Where ``bwrap`` is missing (or cannot create namespaces), the Landlock tier confines the kernel
+instead (``isolation/tiers.py``, ``landlock.py``); where no tier can run, grading is refused unless
+the grader says the grades may be unprotected (``tiers.sandbox_mode``); then it runs with the resource
+limits only, and ``tiers.configure`` prints a loud warning: student code can then read files and
 reach the network with the grader's permissions. The kernel spec, the transport and the autograde
 steps are nbgrader settings, in the course's config (``core/config.py``: ``configure``).
 """
@@ -40,10 +41,10 @@ from pathlib import Path
 from ..core.course import AUTOGRADER, REPO
 
 KERNEL_NAME = "awb-sandbox"
-WARNING = ("WARNING: bubblewrap (bwrap) is not available: student code runs WITHOUT a sandbox "
-           "(it can read files, e.g. solutions/ and the gradebook, and reach the network with the "
-           "grader's permissions). Only memory/CPU/time limits apply. Install it: "
-           "apt-get install bubblewrap")
+WARNING = ("WARNING: no isolation tier can run here (neither bubblewrap nor Landlock + seccomp): student "
+           "code runs WITHOUT a sandbox (it can read files, e.g. solutions/ and the gradebook, and reach the "
+           "network with the grader's permissions). Only memory/CPU/time limits apply. Install bubblewrap "
+           "where namespaces are allowed, or landlockpy and pyseccomp on Linux 5.13+")
 
 
 @dataclass
@@ -79,51 +80,22 @@ def bwrap_works() -> bool:
     return _BWRAP_OK
 
 
-# -- the refusal rule: bubblewrap, or only grades said to be unprotected ------------------------
+# -- the refusal rule: a sandbox of some isolation tier, or only grades said to be unprotected ----
 UNPROTECTED_ENV = "AWB_UNPROTECTED"
-REFUSAL = ("refusing to grade: bubblewrap (bwrap) cannot run here, so student code would run with the "
+REFUSAL = ("refusing to grade: no isolation tier can run here ({why}), so student code would run with the "
            "grader's permissions (it could read solutions/ and the gradebook, and change its own grade). "
-           "Install it (apt-get install bubblewrap), or grade anyway with grades that are NOT protected: "
+           "Install bubblewrap (apt-get install bubblewrap) where namespaces are allowed, or landlockpy and "
+           "pyseccomp on Linux 5.13+ (the Landlock tier), or grade anyway with grades that are NOT protected: "
            "`cohort --unprotected`, `nbgrader autograde ... --SandboxGuard.unprotected=True`, or AWB_UNPROTECTED=1.")
-UNPROTECTED_NOTE = "UNPROTECTED: graded without the sandbox (bubblewrap unavailable): this grade is not protected"
+UNPROTECTED_NOTE = ("UNPROTECTED: graded without the sandbox (no isolation tier could run): "
+                    "this grade is not protected")
 
 
 class Refused(RuntimeError):
-    """Grading refused: the sandbox cannot run and nobody said the grades may be unprotected."""
+    """Grading refused: no sandbox can run and nobody said the grades may be unprotected."""
 
 
-def sandbox_mode(unprotected: bool = False) -> str:
-    """'bwrap' where bubblewrap works; else 'limits' (resource limits only) if the grader said
-    the grades need not be protected; else :class:`Refused`."""
-    if bwrap_works():
-        return "bwrap"
-    if unprotected or os.environ.get(UNPROTECTED_ENV) == "1":
-        return "limits"
-    raise Refused(REFUSAL)
-
-
-# -- configuration of a grading run ------------------------------------------------------------
-def configure(unprotected: bool = False, limits: Limits | None = None, say=print) -> str:
-    """Decide the sandbox for this grading run (:func:`sandbox_mode`: bubblewrap, or, only
-    when the grader said so, resource limits alone; otherwise :class:`Refused`) and put it
-    and the limits in this process's environment, which the grading workers, the kernels'
-    launcher and the replay inherit. The nbgrader settings themselves (kernel spec, transport,
-    preprocessors) come from the course's config file (``core.config.configure``)."""
-    limits = limits or Limits()
-    mode = sandbox_mode(unprotected)
-    if mode != "bwrap":
-        say(WARNING)
-        os.environ[UNPROTECTED_ENV] = "1"
-    os.environ.update({
-        "AWB_SANDBOX_MODE": mode,
-        "AWB_SANDBOX_MEM_MB": str(limits.memory_mb),
-        "AWB_SANDBOX_NOTEBOOK_S": str(limits.notebook_s),
-        "AWB_SANDBOX_NPROC": str(limits.nproc),
-        "AWB_SANDBOX_FSIZE_MB": str(limits.fsize_mb),
-    })
-    return mode
-
-
+# -- configuration of a grading run: ``tiers.configure`` (the tier, then these limits) -------------
 # A Unix socket's path must fit in sockaddr_un.sun_path (108 bytes with the final NUL); zmq refuses
 # longer ipc paths. The kernel's sockets therefore never live under the course root, whose path
 # is the instructor's choice (a pytest-xdist tmp_path was enough to pass the limit: nbclient
@@ -267,6 +239,12 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
     if mode == "bwrap":
         # counts every process of the (sandbox) user: only meaningful with a uid of its own
         limits.insert(2, f"--nproc={lim['nproc']}")
+    if mode == "landlock":
+        from . import landlock
+
+        private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+        return landlock.command(program, cwd, list(map(Path, rw)), env, kenv, lim, limits, _readonly(cwd), private,
+                                system=landlock.system_paths(_ETC))
     inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
              *program]
     if mode != "bwrap":
@@ -281,6 +259,37 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
                 "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
     return cmd + inner
+
+
+def _private_runtime() -> Path:
+    """This process's private folder (``AWB_PRIVATE_RUNTIME``; ``core.config.private_runtime``
+    makes it in a grading process): made here, short, where a sandbox starts without one."""
+    folder = short_socket_root()
+    (folder / "sock").mkdir(parents=True, exist_ok=True)
+    os.environ["AWB_PRIVATE_RUNTIME"] = str(folder)
+    return folder
+
+
+def prepare_run(cwd: str, rw: list[Path] = (), env: dict | None = None) -> None:
+    """Before a sandbox of the Landlock tier starts as root: nothing of an earlier one of this
+    uid is left running, and its folders (``cwd``, ``rw`` and its private temporary folder)
+    belong to its uid (bubblewrap's tier: ``cwd`` only; the rest is its own)."""
+    env = os.environ if env is None else env
+    if os.geteuid() != 0:
+        return
+    mode, uid = env.get("AWB_SANDBOX_MODE", "bwrap"), limits_of(env)["uid"]
+    if mode == "bwrap":
+        chown_tree(Path(cwd), uid)
+    elif mode == "landlock":
+        from . import landlock
+
+        private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+        (private / "sock" / "tmp").mkdir(parents=True, exist_ok=True)
+        landlock.reap(uid)
+        for folder in (Path(cwd), *map(Path, rw), private / "sock"):      # sock/tmp: its private /tmp
+            chown_tree(folder, uid)
+            landlock.passable(folder)
+        landlock.unreadable(Path(cwd), private / "sock")
 
 
 def chown_tree(path: Path, uid: int) -> None:
@@ -322,9 +331,9 @@ def launch(argv: list[str]) -> None:
         conn = str(copy)
     else:
         print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
-    if os.environ.get("AWB_SANDBOX_MODE", "bwrap") == "bwrap" and os.geteuid() == 0:
+    if os.geteuid() == 0 and os.environ.get("AWB_SANDBOX_MODE", "bwrap") in ("bwrap", "landlock"):
         uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
-        chown_tree(Path(cwd), uid)                  # the submission's own folder: writable
+        prepare_run(cwd, [Path(conn).parent])        # the submission's own folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
     if private:

@@ -35,8 +35,10 @@ from . import harness
 
 SETUP_SH = r"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, while it builds the autograder image (Ubuntu). It installs
-# the grader: bubblewrap (the sandbox of the students' kernels), a Python environment with PyTorch
-# (CPU build) and nbgrader, then builds the course (nbgrader generate_assignment) once.
+# the grader: bubblewrap (the sandbox where namespaces are allowed), a Python environment with
+# PyTorch (CPU build), nbgrader, and landlockpy + pyseccomp (the Landlock tier: Gradescope's
+# containers refuse new namespaces), builds the course (nbgrader generate_assignment) once, and
+# says which isolation tier a grading run gets here (every run checks again and names its tier).
 # AWB_SETUP_VENV=/path/to/venv uses an existing environment that already has all of it instead
 # (the test suite does, to keep CI short); nothing else differs.
 set -euo pipefail
@@ -44,8 +46,8 @@ SRC=/autograder/source
 cd "$SRC"
 if ! command -v bwrap >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      bubblewrap python3 python3-venv python3-pip; } \
-    || echo "WARNING: apt-get could not install bubblewrap/python3: grading falls back to resource limits"
+      bubblewrap libseccomp2 python3 python3-venv python3-pip; } \
+    || echo "WARNING: apt-get could not install bubblewrap/python3 (the Landlock tier needs neither bubblewrap)"
 fi
 if [ -n "${AWB_SETUP_VENV:-}" ]; then
   ln -sfn "$AWB_SETUP_VENV" /autograder/venv
@@ -54,10 +56,13 @@ else
   /autograder/venv/bin/python -m pip install -q --upgrade pip
   /autograder/venv/bin/python tools/install_torch.py --index auto
   /autograder/venv/bin/python -m pip install -q "numpy>=1.24,<3" "matplotlib>=3.7,<4" "ipywidgets>=7.7,<9" \
-      "tqdm>=4.60" "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25"
+      "tqdm>=4.60" "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25" \
+      "landlockpy>=0.2,<0.3" "pyseccomp>=0.1.2,<0.2"
 fi
 export PYTHONPATH="$SRC/autograder:$SRC" MPLBACKEND=Agg
 /autograder/venv/bin/python -m awb_grader.platforms.gradescope prepare
+/autograder/venv/bin/python -m awb_grader.isolation.tiers \
+  || echo "WARNING: grading will report a grader error for every upload (the reasons above), unless built --unprotected"
 """
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
@@ -140,6 +145,7 @@ def command(a: argparse.Namespace) -> int:
     """``python -m awb_grader gradescope NN``: build the zip."""
     z = build(a.exercise, a.out, a.visibility, a.seeds, a.timeout, a.memory_mb, a.unprotected)
     print(f"wrote {z}: upload it as the assignment's autograder (Gradescope: Configure Autograder > Zip file)")
+    print(harness.TIER_NOTE if not a.unprotected else harness.UNPROTECTED_BUILD)
     return 0
 
 

@@ -2,8 +2,9 @@
 command, read back per graded cell.
 
 Nothing here grades: :func:`grade_upload` hands the uploaded notebook to
-:func:`awb_grader.cohort.run.run_cohort` (collection, check/repair, nbgrader autograde in the
-bubblewrap sandbox, the outside-the-kernel verdict) as a cohort of one, then reads what it wrote:
+:func:`awb_grader.cohort.run.run_cohort` (collection, check/repair, nbgrader autograde in the sandbox
+of the isolation tier that runs here, the outside-the-kernel verdict) as a cohort of one, then
+reads what it wrote:
 the Record (status, reasons, failed cells, errors), nbgrader's gradebook (each cell's score and
 maximum) and the autograded notebook (each failing cell's message). :func:`bundle` copies the
 grading core into a folder that a platform unpacks (``/autograder/source``,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import resource
 import shutil
@@ -35,6 +37,11 @@ HIDDEN_MESSAGE = ("failed a hidden check (random shapes and values against an in
                   "run check_all() in the last cell of the exercise, and reread the function's section.")
 WITHHELD_MESSAGE = ("points withheld: this submission was flagged for review by your instructor "
                     "(the grader found code that is not your own work, or that hides what it runs).")
+TIER_NOTE = ("isolation: the platform's containers (Docker's defaults) refuse the namespaces bubblewrap needs, so "
+             "student code is confined by the Landlock tier there (Landlock + seccomp + rlimits, a uid of its own as "
+             "root); the image's setup prints the tier it gets, and every grade's log names it (\"sandbox landlock\")")
+UNPROTECTED_BUILD = ("WARNING: built --unprotected: where no isolation tier can run, student code is graded with the "
+                     "grader's permissions and can forge its own result")
 SEED = re.compile(r"\brng\((\d+)\)")
 
 
@@ -46,9 +53,9 @@ def add_build_arguments(p) -> None:
     p.add_argument("--timeout", type=int, default=60, help="cell time limit in seconds (default 60)")
     p.add_argument("--memory-mb", type=int, default=None, help="memory limit of the student's kernel")
     p.add_argument("--unprotected", action="store_true",
-                   help="grade even where bubblewrap cannot run in the platform's container (resource limits "
-                        "only: student code could then forge its own result); default: such a run reports a "
-                        "grader error instead")
+                   help="grade even where no isolation tier (bubblewrap, Landlock + seccomp) can run in the "
+                        "platform's container (resource limits only: student code could then forge its own "
+                        "result); default: such a run reports a grader error instead")
 
 
 def reseed_text(text: str, salt: str) -> tuple[str, int]:
@@ -147,9 +154,13 @@ def _num(x: float):
 
 def find_upload(folder: Path, assignment: str) -> Path | None:
     """The uploaded notebook: the file named like the release, else the only .ipynb, else the
-    newest .ipynb, else any file (which the cohort command then calls ungradable)."""
-    files = [p for p in Path(folder).rglob("*") if p.is_file() and "__MACOSX" not in p.parts
-             and ".ipynb_checkpoints" not in p.parts] if Path(folder).is_dir() else []
+    newest .ipynb, else any file (which the cohort command then calls ungradable: an archive is
+    never unpacked, ``uploads.py``). Links are never followed (a link to the solutions would
+    otherwise be graded as the student's notebook), nor anything but a regular file."""
+    files = []
+    for top, dirs, names in os.walk(folder):                   # does not follow links to folders
+        dirs[:] = [d for d in dirs if d not in ("__MACOSX", ".ipynb_checkpoints")]
+        files += [p for n in names if (p := Path(top) / n).is_file() and not p.is_symlink()]
     if not files:
         return None
     nbs = [p for p in files if p.suffix == ".ipynb"]
@@ -219,7 +230,7 @@ def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
 def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: Path, timeout: int = 60,
                  memory_mb: int | None = None, unprotected: bool = False) -> Outcome:
     """Grade one uploaded file with the cohort command and read back every graded cell.
-    Never raises: a failure of the grader itself (bubblewrap cannot run here and the build did
+    Never raises: a failure of the grader itself (no isolation tier can run here and the build did
     not say ``--unprotected``, say) is an Outcome with status ``error``."""
     t0 = time.perf_counter()
     cells = release_cells(release_nb)
@@ -234,10 +245,18 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
             out.status = "no-file"
             out.tests = [Test(g, 0.0, p, "no notebook submitted") for g, p in cells]
             return out
+        from ..cohort.uploads import SafeExtractor
+
+        limit = SafeExtractor.max_member_mb.default_value
+        if Path(upload).stat().st_size > limit << 20:        # not copied, not read
+            out.status = "ungradable"
+            out.reasons.append(f"the upload is larger than {limit} MB: not read")
+            out.tests = [Test(g, 0.0, p, "not graded: the file is too large to be a notebook") for g, p in cells]
+            return out
         inbox = Path(root).parent / "awb-inbox"
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
-        shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb")
+        shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb", follow_symlinks=False)
         from ..cohort.run import run_cohort
 
         res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,

@@ -12,7 +12,8 @@ question's ``tests/``), ``/grade/student`` (the submitted files) and reads
   the entrypoint;
 * ``questions/awb/NN_topic/``: ``info.json`` (``externalGradingOptions``), ``question.html``
   (a ``pl-file-upload`` for ``NN_topic.ipynb``) and ``tests/harness.json`` (this build's settings);
-* ``graders/awb/Dockerfile``: the grading image (bubblewrap, PyTorch's CPU build, nbgrader).
+* ``graders/awb/Dockerfile``: the grading image (bubblewrap, PyTorch's CPU build, nbgrader,
+  landlockpy and pyseccomp for the Landlock tier that PrairieLearn's containers get).
 
 The grade is the cohort command's, read back per graded cell (``harness.grade_upload``). A file
 that is not a readable notebook scores 0 with a clear message, as the rules give;
@@ -41,11 +42,14 @@ exec "${AWB_PYTHON:-python3}" -m awb_grader.platforms.prairielearn run
 
 DOCKERFILE = """# The grading image: build and push it, then put its name in each question's info.json ("image").
 #   docker build -t YOUR_DOCKERHUB_USER/awb-grader graders/awb && docker push YOUR_DOCKERHUB_USER/awb-grader
+# PrairieLearn starts it with Docker's defaults, where bubblewrap cannot make namespaces: student code
+# is confined by the Landlock tier (landlockpy + pyseccomp below); each job's output names the tier.
 FROM python:3.12-slim
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch>=2.1,<3" \\
  && pip install --no-cache-dir "numpy>=1.24,<3" "matplotlib>=3.7,<4" "ipywidgets>=7.7,<9" "tqdm>=4.60" \\
-      "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25"
+      "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25" \\
+      "landlockpy>=0.2,<0.3" "pyseccomp>=0.1.2,<0.2"
 """
 
 QUESTION_HTML = """<pl-question-panel>
@@ -128,6 +132,7 @@ def command(a: argparse.Namespace) -> int:
     q = build(a.exercise, a.out, a.image, a.seeds, a.timeout, a.memory_mb, unprotected=a.unprotected)
     print(f"wrote {q} and {q.parents[2] / 'serverFilesCourse' / 'awb'}: copy both into your PrairieLearn course "
           f"(and build the image in {q.parents[2] / 'graders' / 'awb'})")
+    print(harness.TIER_NOTE if not a.unprotected else harness.UNPROTECTED_BUILD)
     return 0
 
 

@@ -36,6 +36,7 @@ import io
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 from dataclasses import dataclass, field
@@ -160,10 +161,10 @@ class Replay:
         self.unsupported: str | None = None
         program = sandbox.REPLAY
         mode = os.environ.get("AWB_SANDBOX_MODE", "off")
-        if mode == "bwrap" and os.geteuid() == 0:
-            sandbox.chown_tree(Path(cwd), int(os.environ.get("AWB_SANDBOX_UID", "60000")))
+        if mode in ("bwrap", "landlock"):
+            sandbox.prepare_run(str(cwd))      # its uid owns its folder; nothing of an earlier one runs
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
-        if mode in ("bwrap", "limits"):
+        if mode in ("bwrap", "landlock", "limits"):
             cmd = sandbox.sandbox_command(program, str(cwd), env=env)
         else:
             cmd = program
@@ -323,6 +324,10 @@ class Replay:
         return f": {lines[-1][:160]}" if lines else ""
 
     def close(self) -> None:
+        try:       # ``timeout`` leads its own process group: whatever the student's code started too
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -548,7 +553,8 @@ def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 6
 
 _EVENTS = [
     ("network", ("Network is unreachable", "Temporary failure in name resolution", "Name or service not known",
-                 "No address associated", "gaierror"),
+                 "No address associated", "gaierror",
+                 "Address family not supported"),      # the Landlock tier's seccomp filter: no such socket
      "tried to reach the network (blocked by the sandbox)"),
     ("files", ("Permission denied", "Read-only file system", "unable to open database file",
                "No such file or directory: '/", "No such file or directory: '.."),

@@ -7,14 +7,16 @@ import os
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool
 
-from ...isolation.sandbox import KERNEL_NAME, UNPROTECTED_NOTE, Refused, sandbox_mode
+from ...isolation.sandbox import KERNEL_NAME, UNPROTECTED_NOTE, Refused
+from ...isolation.tiers import sandbox_mode
 from ..metadata import META
 
 
 class SandboxGuard(NbGraderPreprocessor):
-    """First autograde step: the submission runs in the sandbox, or not at all (see REFUSAL)."""
+    """First autograde step: the submission runs in the sandbox of the isolation tier that runs
+    here (named in the notebook's metadata), or not at all (see REFUSAL)."""
 
-    unprotected = Bool(False, help="grade even where bubblewrap cannot run: resource limits only, and the "
+    unprotected = Bool(False, help="grade even where no isolation tier can run: resource limits only, and the "
                                    "grades are NOT protected (said on every graded notebook)").tag(config=True)
     trusted_code = Bool(False, help="the notebooks are the course's own (the test suite's catalog), not "
                                     "student code: run them in the configured kernel, unsandboxed").tag(config=True)
@@ -33,7 +35,7 @@ class SandboxGuard(NbGraderPreprocessor):
 
             announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
             meta["sandbox"] = mode
-            if mode != "bwrap":
+            if mode == "limits":            # bwrap or landlock: protected (the tier is named above)
                 self.log.warning(UNPROTECTED_NOTE)
                 meta["reasons"].append(UNPROTECTED_NOTE)
         nb.metadata[META] = meta

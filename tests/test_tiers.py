@@ -1,0 +1,275 @@
+"""The hostile set in every isolation tier, graded by the real ``cohort`` command in a real Docker
+daemon (``docker_daemon.py``) as each kind of grading machine runs it:
+
+* **bwrap**: a container that lets bubblewrap make namespaces (Docker's seccomp profile off,
+  CAP_SYS_ADMIN and CAP_NET_ADMIN added: a privileged pod, a Slurm node, a workstation);
+* **landlock, root**: Docker's defaults (its seccomp profile and capabilities, no network),
+  as Gradescope and PrairieLearn start their graders: bubblewrap is refused there;
+* **landlock, non-root**: a restricted Kubernetes pod (``--user 1000``, ``--cap-drop ALL``,
+  ``no-new-privileges``, Docker's seccomp profile).
+
+One zip of eleven students of exercise 04, graded with two workers in each: honest work, a
+catalogued mistake, delegation to the workbook's reference, encoded tampering, a kernel that
+freezes itself, a forger (writes the platforms' results.json, the gradebook and the grader's own
+hidden checks), a detached process that outlives its kernel and keeps rewriting the autograded
+notebook and results.json, reading solutions/ and another student's upload, network access, a
+fork bomb and a memory hog. Every tier gives the same scores, flags and reasons; nothing of a
+sandbox is left running once the command ends; the autograded notebooks are nbgrader's.
+``python tests/test_tiers.py`` prints the README's table.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from awb_grader import catalog
+from awb_grader.catalog.shortcuts import shortcuts
+from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.devtools.variants import solution_cells, student_notebook
+
+A = "04_queries_keys_values"
+RELEASE = EXERCISES / A / f"{A}.ipynb"
+MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
+DELEGATION = next(s for s in shortcuts(A) if s.id == "sdpa_wraps_reference")
+TAMPERING = next(s for s in shortcuts(A) if s.kind == "tampering: encoded")
+FULL = 30.0
+TIERS = {
+    "bwrap": ["--security-opt", "seccomp=unconfined", "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN"],
+    "landlock as root": [],
+    "landlock as non-root": ["--user", "1000:1000", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
+}
+KINDS = ["honest", "mistake", "delegation", "tampering", "frozen", "forger", "detached", "reader", "netty",
+         "forker", "hog"]
+STUB = "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
+FORGED = {"score": 30, "output": "forged", "tests": []}
+FORGER = STUB + f'''
+import json, os
+for _path, _text in [("/autograder/results/results.json", {json.dumps(FORGED)!r}),
+                     ("/grade/results/results.json", {json.dumps(FORGED)!r}),
+                     ("{REPO / "autograder" / "awb_grader" / "hidden" / "ex04.py"}",
+                      "def test_softmax_values(*a, **k):\\n    pass\\n")]:
+    try:
+        os.makedirs(os.path.dirname(_path), exist_ok=True)
+        open(_path, "w").write(_text)
+    except OSError as _e:
+        print(_e)
+try:
+    import sqlite3
+    _db = sqlite3.connect("../../../gradebook.db")
+    _db.execute("UPDATE grade SET manual_score = 99")
+    _db.commit()
+except Exception as _e:
+    print(_e)
+'''
+DETACHED = STUB + f'''
+import subprocess, sys
+_loop = """
+import os, time
+for _ in range(600):
+    for _path, _text in [("/autograder/results/results.json", {json.dumps(FORGED)!r}),
+                         ("{A}.ipynb", "forged by a process that outlived its kernel")]:
+        try:
+            open(_path, "w").write(_text)
+        except OSError:
+            pass
+    time.sleep(0.1)
+"""
+subprocess.Popen([sys.executable, "-c", _loop], start_new_session=True, stdin=subprocess.DEVNULL,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+'''
+READER = STUB + f'''
+for _path in ["{REPO / "solutions" / A / (A + ".ipynb")}", "../../../submitted/honest/{A}/{A}.ipynb"]:
+    try:
+        print(len(open(_path).read()))
+    except OSError as _e:
+        print(_e)
+'''
+NETTY = '''
+import socket, urllib.request
+for _try in (lambda: urllib.request.urlopen("http://example.com", timeout=5).read(),
+             lambda: socket.create_connection(("1.1.1.1", 80), timeout=5)):
+    try:
+        _try()
+    except OSError as _e:
+        print(_e)
+'''
+FORKER = '''
+import os, time
+_kids = []
+for _ in range(400):
+    _pid = os.fork()
+    if _pid == 0:
+        time.sleep(2)
+        os._exit(0)
+    _kids.append(_pid)
+'''
+HOG = "\n_hog = [bytearray(2**28) for _ in range(64)]\n"
+FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel stops itself\n"
+
+
+def cases() -> dict[str, nbformat.NotebookNode]:
+    sol = solution_cells(A)
+    answers = list(sol)
+    first = answers[0]
+
+    def nothing_but(cells):
+        return tuple(a for a in answers if a not in cells)
+
+    def others(sc):
+        return tuple(c for c in answers if c not in sc.cells) if sc.unanswered else ()
+
+    net = student_notebook(RELEASE, A)
+    net.cells.insert(4, nbformat.v4.new_code_cell(NETTY))
+    return {
+        "honest": student_notebook(RELEASE, A),
+        "mistake": student_notebook(RELEASE, A, {MISTAKE.cell: MISTAKE.source, **MISTAKE.extra_cells}),
+        "delegation": student_notebook(RELEASE, A, dict(DELEGATION.cells), unanswered=others(DELEGATION)),
+        "tampering": student_notebook(RELEASE, A, dict(TAMPERING.cells), unanswered=others(TAMPERING)),
+        "frozen": student_notebook(RELEASE, A, {first: FREEZE}),
+        "forger": student_notebook(RELEASE, A, {first: FORGER}, unanswered=nothing_but([first])),
+        "detached": student_notebook(RELEASE, A, {first: DETACHED}, unanswered=nothing_but([first])),
+        "reader": student_notebook(RELEASE, A, {first: READER}),
+        "netty": net,
+        "forker": student_notebook(RELEASE, A, {"causal_mask": sol["causal_mask"] + FORKER}),
+        "hog": student_notebook(RELEASE, A, {"softmax": sol["softmax"] + HOG}),
+    }
+
+
+LEFT = ("import psutil, os\n"
+        "me = os.getpid()\n"
+        "print('LEFT', [' '.join(p.cmdline())[:80] for p in psutil.process_iter() if p.pid not in (1, me)])\n")
+
+
+def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 60) -> dict:
+    """The cohort command over the zip, in a container of ``tier``: {student: row of flags.csv},
+    plus what was left running after it, the autograded notebooks and the container's output."""
+    lms = tmp / "in" / "lms.zip"
+    if not lms.exists():
+        lms.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(lms, "w") as zf:
+            for student, nb in cases().items():
+                zf.writestr(f"{student}_{A}.ipynb", nbformat.writes(nb))
+    out = tmp / tier.replace(" ", "-")
+    out.mkdir()
+    if "--user" in TIERS[tier]:
+        os.chown(out, 1000, 1000)
+    script = (f"cd {REPO} && {sys.executable} -m awb_grader cohort /in/lms.zip --exercises 04 --workers 2 "
+              f"--course /out/course --timeout {timeout} --no-feedback; rc=$?; sleep 3; "
+              f"{sys.executable} -c \"{LEFT}\"; exit $rc")
+    run = daemon.run([*TIERS[tier], "-v", f"{REPO}:{REPO}:ro", "-v", f"{lms.parent}:/in:ro", "-v", f"{out}:/out",
+                      "-e", "HOME=/tmp", "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"],
+                     ["bash", "-c", script])
+    rows = {}
+    if (out / "course" / "flags.csv").exists():
+        with open(out / "course" / "flags.csv") as fh:
+            rows = {r["student"]: r for r in csv.DictReader(fh)}
+    left = next((line for line in run["stdout"].splitlines() if line.startswith("LEFT ")), "LEFT ?")
+    return {"rows": rows, "run": run, "left": left, "course": out / "course"}
+
+
+@pytest.fixture(scope="module")
+def graded(docker, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tiers")
+    got = {tier: grade_in_tier(docker, tmp, tier) for tier in TIERS}
+    print("\nthe cohort command in each tier (Docker), 11 notebooks, 2 workers:")
+    for tier, g in got.items():
+        print(f"  {tier:<22} {g['run']['seconds']:6.1f} s  rc {g['run']['rc']}")
+    return got
+
+
+def _reasons(row) -> list[str]:
+    return [x for x in row["reasons"].split(" | ") if x]
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("docker")]
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+def test_every_tier_grades_the_hostile_set(graded, tier):
+    g = graded[tier]
+    run, rows = g["run"], g["rows"]
+    assert run["rc"] == 0 and set(rows) == set(KINDS), run["stdout"][-4000:]
+    assert f"sandbox: {tier.split()[0]}" in run["stdout"], run["stdout"][:2000]
+    score = {s: float(r["score"]) for s, r in rows.items()}
+    why = {s: " ".join(_reasons(r)) for s, r in rows.items()}
+    flagged = {s for s, r in rows.items() if r["status"] == "flagged"}
+    assert score["honest"] == FULL and "honest" not in flagged and not why["honest"]
+    assert 0 < score["mistake"] < FULL and "mistake" not in flagged
+    assert "delegation" in flagged and "not the student's own work" in why["delegation"]
+    assert score["tampering"] == 0 and "tampering:" in why["tampering"]
+    assert score["frozen"] == 0 and "kernel stopped answering" in why["frozen"]
+    assert score["forger"] == 0 and "outside its folder" in why["forger"]
+    assert score["detached"] == 0
+    assert "reader" in flagged and "outside its folder" in why["reader"] and score["reader"] < FULL
+    assert "netty" in flagged and "network" in why["netty"] and score["netty"] == FULL
+    assert "forker" in flagged and "too many processes" in why["forker"] and score["forker"] >= FULL - 1
+    assert "hog" in flagged and "memory" in why["hog"]
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+def test_nothing_outlives_its_kernel_and_nothing_was_forged(graded, tier):
+    g = graded[tier]
+    assert g["left"] == "LEFT []", g["left"]          # the detached rewriter, the fork bomb: all gone
+    for student in KINDS:
+        nb = nbformat.read(g["course"] / "autograded" / student / A / f"{A}.ipynb", as_version=4)
+        assert "awb_grader" in nb.metadata, student      # nbgrader's notebook, not the rewriter's text
+    hidden = (REPO / "autograder" / "awb_grader" / "hidden" / "ex04.py").read_text()
+    assert "def test_softmax_values(*a, **k):\n    pass" not in hidden
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{g['course'] / 'gradebook.db'}") as gb:
+        for sub in gb.assignment_submissions(A):
+            for nb in sub.notebooks:
+                assert all(gr.score <= gr.max_score for gr in nb.grades), sub.student.id
+
+
+def _kind(reason: str) -> str:
+    """What a reason says, without where (the cell) or the details: "tried to reach the network"."""
+    return re.split(r": | in | \(", reason, maxsplit=1)[0]
+
+
+def test_every_tier_gives_the_same_scores_flags_and_reasons(graded):
+    first = None
+    for tier, g in graded.items():
+        got = {s: (r["score"], r["status"], sorted({_kind(x) for x in _reasons(r)})) for s, r in g["rows"].items()}
+        first = first or got
+        assert got == first, (tier, {s: (got[s], first[s]) for s in got if got[s] != first[s]})
+
+
+def table(graded) -> str:
+    cols = ["honest", "mistake", "delegation", "tampering", "frozen", "forger", "detached"]
+    lines = ["| tier | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for tier, g in graded.items():
+        cells = []
+        for s in cols:
+            r = g["rows"][s]
+            cells.append(f"{float(r['score']):g}/{FULL:g}" + (", flagged" if r["status"] == "flagged" else ""))
+        lines.append(f"| {tier} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":       # python tests/test_tiers.py: the README's table
+    import tempfile
+
+    from docker_daemon import Daemon
+
+    d = Daemon()
+    try:
+        with tempfile.TemporaryDirectory() as t:
+            res = {tier: grade_in_tier(d, Path(t), tier) for tier in TIERS}
+            print(table(res))
+            for tier, g in res.items():
+                print(tier, f"{g['run']['seconds']:.0f} s", g["left"])
+                print(json.dumps({s: (r["score"], r["status"], r["reasons"][:200]) for s, r in g["rows"].items()},
+                                 indent=1))
+    finally:
+        d.stop()
