@@ -4,13 +4,15 @@
 ``tests/test_browser.py``), ``python -m awb_grader grade`` and ``python -m awb_grader cohort`` all
 load the course's ``nbgrader_config.py``, which plugs ``awb_grader.core.config`` into nbgrader's own
 extension points: the sandbox kernel spec and kernel manager, and the autograde preprocessors
-(sandbox guard, outside verdict, gradebook flag). The slow test grades five kinds of submission
+(sandbox guard, outside verdict, gradebook flag). The slow test grades six kinds of submission
 through the three command-line doors, with the real commands, and finds the same scores and flags.
 """
 
 from __future__ import annotations
 
 import csv
+import html
+import json
 import os
 import re
 import subprocess
@@ -33,6 +35,8 @@ from awb_grader.isolation import tiers
 from awb_grader.core.course import AUTOGRADER, EXERCISES, REPO, Course
 from awb_grader.devtools.variants import student_notebook
 
+import peeking
+
 A = "05_multi_head_attention"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 BWRAP = sandbox.bwrap_works()
@@ -42,7 +46,8 @@ FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel
 
 def door_cases() -> dict[str, nbformat.NotebookNode]:
     """{student: notebook}: honest work, a catalogued mistake, delegation to the workbook's
-    reference, encoded tampering with the checks (implementing nothing), a kernel that freezes."""
+    reference, encoded tampering with the checks (implementing nothing), a kernel that freezes,
+    full marks with a cell that prints the hidden checks' module if it can find it (issue 31)."""
     mistake = catalog.mistakes(A)[0]
     short = {s.id: s for s in SHORTCUTS}
     deleg, tamper = short["mha_subclasses_reference"], short["tamper_encoded_05"]
@@ -57,6 +62,7 @@ def door_cases() -> dict[str, nbformat.NotebookNode]:
         "tampering": student_notebook(RELEASE, A, dict(tamper.cells),
                                       unanswered=tuple(a for a in answers if a not in tamper.cells)),
         "frozen": student_notebook(RELEASE, A, {first: FREEZE}),
+        "peeking": peeking.peeking_notebook(RELEASE, A),
     }
 
 
@@ -167,25 +173,32 @@ def test_the_provided_files_are_computed_once_per_exercise_for_the_launchers(mon
 @pytest.mark.sandbox
 @pytest.mark.skipif(not BWRAP, reason="needs bubblewrap")
 def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch):
-    """A reference the exercise does not provide is not there: delegating to it fails to import."""
+    """A reference the exercise does not provide is not there: delegating to it fails to import.
+    Nothing of the hidden checks is there either, in the kernel's sandbox or the replay's (which
+    holds the replay's own two files besides): they run only in the grader's process."""
     monkeypatch.setenv("AWB_SANDBOX_MODE", "bwrap")
     cwd = tmp_path / "ada" / "04_queries_keys_values"
     cwd.mkdir(parents=True)
+    hidden_file = AUTOGRADER / "awb_grader" / "hidden" / "ex04.py"
     probe = ("import importlib\nfor m in ('attention_workbook.checks.ex04', 'awb_grader.hidden.ex04', "
-             "'attention_workbook.qkv', 'attention_workbook.mha'):\n"
+             "'awb_grader.hidden._adapter', 'attention_workbook.qkv', 'attention_workbook.mha', "
+             "'awb_grader.replay_support'):\n"
              "    try:\n        importlib.import_module(m); print('ok', m)\n"
              "    except ImportError:\n        print('missing', m)\n"
+             f"try:\n    open({str(hidden_file)!r}).read(); print('read')\nexcept OSError:\n    print('unreadable')\n"
              # the grader's bytecode of what it provides is there, read-only (provided.compile_bytecode)
              "import importlib.util, attention_workbook.checks.ex04 as m\n"
              "pyc = importlib.util.cache_from_source(m.__file__)\n"
              "print('bytecode', open(pyc, 'rb').read(4) == importlib.util.MAGIC_NUMBER)\n"
              "try:\n    open(pyc, 'ab')\nexcept OSError:\n    print('read-only')\n")
     env = {**os.environ, "PYTHONPATH": f"{AUTOGRADER}{os.pathsep}{REPO}"}
-    out = subprocess.run(sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env),
-                         capture_output=True, text=True, timeout=120).stdout.split("\n")
-    assert out[:6] == ["ok attention_workbook.checks.ex04", "ok awb_grader.hidden.ex04",
-                       "missing attention_workbook.qkv", "missing attention_workbook.mha",
-                       "bytecode True", "read-only"], out
+    common = ["ok attention_workbook.checks.ex04", "missing awb_grader.hidden.ex04",
+              "missing awb_grader.hidden._adapter", "missing attention_workbook.qkv", "missing attention_workbook.mha"]
+    for ro, last in (((), ["missing awb_grader.replay_support"]),                    # the kernel's sandbox
+                     (sandbox.REPLAY_FILES, ["ok awb_grader.replay_support"])):     # the replay's
+        cmd = sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env, ro=ro)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout.split("\n")
+        assert out[:9] == [*common, *last, "unreadable", "bytecode True", "read-only"], out
 
 
 PRODUCT = sorted((REPO / "autograder" / "awb_grader").rglob("*.py"))      # the grading core
@@ -289,6 +302,19 @@ def test_every_door_gives_the_same_scores_and_flags(tmp_path):
     assert any(r.startswith("tampering:") for r in first["tampering"]["reasons"])
     assert first["frozen"]["score"] == 0 and first["frozen"]["flagged"]
     assert any("kernel stopped answering" in r for r in first["frozen"]["reasons"])
+    assert first["peeking"] == {"score": full, "flagged": False, "reasons": []}
+    # what the peeking student reads (its notebook's outputs, and the feedback the two grader
+    # commands generate) holds nothing of the hidden checks: it found no hidden module
+    secret = peeking.hidden_text(A)
+    for door, root in (("nbgrader autograde", tmp_path / "nbgrader"), ("grade", tmp_path / "grade"),
+                       ("cohort", tmp_path / "cohort")):
+        nb = nbformat.read(root / "autograded" / "peeking" / A / f"{A}.ipynb", as_version=4)
+        shown = [json.dumps(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code"]
+        assert "no hidden module in this process" in shown[-1], door        # what the last cell printed
+        if door != "nbgrader autograde":
+            shown.append(html.unescape((root / "feedback" / "peeking" / A / f"{A}.html").read_text()))
+        leaked = [s for s in secret if any(s in text for text in shown)]
+        assert not leaked, (door, leaked[:5])
     for door in ("grade", "cohort"):
         for student, got in doors[door].items():
             want = first[student]

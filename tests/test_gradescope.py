@@ -5,7 +5,9 @@ no network): unpacked to ``/autograder/source``, ``setup.sh`` once in one contai
 in a second container with Gradescope's default memory limit (768 MB): a forger first (it writes
 results.json, the gradebook and the grader's files, and leaves a detached process that keeps
 rewriting results.json), then an honest notebook, a catalogued mistake, a delegation to the
-workbook's reference, encoded tampering and a broken file. Bubblewrap cannot make namespaces
+workbook's reference, encoded tampering, a broken file, and a submission that peeks at the hidden
+checks and answers one function from the published checks' inputs (``tests/peeking.py``: this build
+has new seeds, so it loses that function's hidden cells). Bubblewrap cannot make namespaces
 there: the grades come from the Landlock tier, as root (a uid of its own per sandbox).
 
 ``setup.sh`` installs from the package registries on Gradescope; here ``AWB_SETUP_VENV`` points
@@ -16,6 +18,7 @@ Fast tests (no kernel): the zip's layout, results.json's shape, hidden-check mes
 reseeding at build time.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -32,6 +35,8 @@ from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES
 from awb_grader.devtools.variants import solution_cells, student_notebook
 
+import peeking
+
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
 MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
@@ -41,6 +46,10 @@ GRADESCOPE_MB, GRADESCOPE_S = 768, 600
 VENV = os.path.realpath(sys.prefix)     # the suite's environment, seen inside the container too
 
 
+KNOWN = ("scaled_dot_product_attention", "sdpa_no_scaling")   # answered from the published checks' inputs
+
+
+@functools.lru_cache(maxsize=1)
 def uploads() -> dict[str, bytes]:
     def nb(cells=None, unanswered=()):
         return nbformat.writes(student_notebook(RELEASE, A, cells, unanswered=unanswered)).encode()
@@ -54,6 +63,7 @@ def uploads() -> dict[str, bytes]:
         "delegation": nb(dict(DELEGATION.cells), others(DELEGATION)),
         "tampering": nb(dict(TAMPERING.cells), others(TAMPERING)),
         "broken": b'{"cells": [ {"cell_type": "code", "source": "def softmax(x',
+        "peeking": nbformat.writes(peeking.peeking_notebook(RELEASE, A, known=KNOWN)).encode(),
     }
 
 
@@ -183,7 +193,7 @@ class TestHarness:
         assert res["score"] == 0 and res["extra_data"]["status"] == "flagged", res["output"]
         assert "outside its folder" in run["stdout"]
         assert res["output"] != "forged" and graded["_last"]["output"] != "forged"
-        assert graded["_last"] == graded["broken"][0]       # the last upload's own results, 3 s later
+        assert graded["_last"] == graded[list(uploads())[-1]][0]    # the last upload's own results, 3 s later
 
     def test_honest_submission_gets_full_marks(self, graded):
         res, _ = graded["honest"]
@@ -224,9 +234,22 @@ class TestHarness:
         assert all(t["score"] == 0 for t in res["tests"])
 
     def test_no_hidden_check_code_or_values_reach_students(self, graded):
-        hidden_src = (Path(harness.REPO) / "autograder/awb_grader/hidden/ex04.py").read_text()
-        lines = {ln.strip() for ln in hidden_src.splitlines() if len(ln.strip()) > 25}
+        secret = peeking.hidden_text(A)
         for name, (res, _) in _uploads(graded):
             text = json.dumps([res["output"], [t["output"] for t in res["tests"]]])
             assert "hidden test:" not in text and "BEGIN HIDDEN" not in text and "awb_grader" not in text, name
-            assert not [ln for ln in lines if ln in text], name
+            assert not [ln for ln in secret if ln in text], name
+
+    def test_answers_from_the_published_seeds_lose_their_hidden_cells(self, graded):
+        """The peeking submission gets its points for what it implements; its function that
+        answers right only on the published checks' inputs loses the cells whose hidden checks
+        this build re-seeded, with the fixed sentence, and nothing is flagged."""
+        res, run = graded["peeking"]
+        tests = _tests(res)
+        lost = {c for c, t in tests.items() if t["score"] < t["max_score"]}
+        assert lost == set(MISTAKE.must_fail), lost
+        assert all(tests[c]["output"] == harness.HIDDEN_MESSAGE for c in lost)
+        assert res["score"] == 30 - sum(tests[c]["max_score"] for c in lost)
+        assert res["extra_data"]["status"] == "ok"
+        # the instructor's log has each hidden check's own message; the student's output does not
+        assert "hidden check test_sdpa_values: " in run["stdout"]

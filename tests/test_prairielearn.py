@@ -8,8 +8,10 @@ the Landlock tier, as root.
 The grading image's Python is the test suite's own (``AWB_PYTHON``, the entrypoint's one
 setting, bound read-only), instead of the image that ``graders/awb/Dockerfile`` builds. The
 uploads, one job each in one container: a forger (results.json, the gradebook, the grader's files,
-a detached process that keeps rewriting results.json), then the Gradescope test's five: honest,
-a catalogued mistake, a delegation, encoded tampering, a broken file.
+a detached process that keeps rewriting results.json), then the Gradescope test's six: honest,
+a catalogued mistake, a delegation, encoded tampering, a broken file, the peeking submission that
+answers one function from the published checks' inputs (this build keeps the published seeds: full
+marks, and nothing of the hidden checks in what the student reads).
 """
 
 import json
@@ -20,6 +22,8 @@ import pytest
 
 from awb_grader.platforms import harness, prairielearn
 from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
+
+import peeking
 
 PL_TIMEOUT_S = 600
 
@@ -105,7 +109,7 @@ class TestGrader:
     def test_a_forger_gets_nothing_and_leaves_nothing_running(self, graded):
         res, run = graded["forger"]
         assert res["score"] == 0 and "flagged for review" in res["message"] and "outside its folder" in run["stdout"]
-        assert graded["_last"] == graded["broken"][0]       # the last job's own results, 3 s later
+        assert graded["_last"] == graded[list(uploads())[-1]][0]    # the last job's own results, 3 s later
 
     def test_honest_full_marks(self, graded):
         res, _ = graded["honest"]
@@ -133,3 +137,10 @@ class TestGrader:
         assert res["score"] == 0 and "could not be graded" in res["message"]
         text = json.dumps(res)
         assert "Traceback" not in text and "hidden test:" not in text
+
+    def test_peeking_gets_its_points_and_reads_nothing_of_the_hidden_checks(self, graded):
+        res, _ = graded["peeking"]
+        assert res["score"] == 1.0, res["tests"]           # published seeds: the known answers pass
+        text = json.dumps([res["message"], [t["message"] for t in res["tests"]]])
+        assert "awb_grader" not in text and "hidden test:" not in text
+        assert not [ln for ln in peeking.hidden_text(A) if ln in text]

@@ -19,6 +19,7 @@ import pytest
 from awb_grader import catalog
 from awb_grader.cohort import run as cohort
 from awb_grader.isolation import tiers
+from awb_grader.verdict import outside as verdict
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
 from awb_grader.core.course import EXERCISES
 from awb_grader.core.outputs import error_text
@@ -116,7 +117,7 @@ def test_each_contract_break_fails_its_visible_check_and_loses_only_there(graded
     assert set(r.failed_cells) == set(m.must_fail), (sorted(r.failed_cells), m.must_fail)
     nb = nbformat.read(res.root / "autograded" / st / a / f"{a}.ipynb", as_version=4)
     texts = {c: error_text(nb, c) for c in m.must_fail}
-    hidden = [c for c, t in texts.items() if not t or "hidden test" in t]
+    hidden = [c for c, t in texts.items() if not t or "hidden test" in t or verdict.HIDDEN_FAILED in t]
     assert not hidden, f"{m.id}: not a visible failure in {hidden}: {texts}"
     assert any(m.hint.lower() in t.lower() for t in texts.values()), (m.hint, texts)
     # the grade table names it from those messages (as tests/test_catalog.py requires of the rest)

@@ -154,6 +154,13 @@ class Watch(TorchDispatchMode):
         self.block, self.largest, self.wide, self.reads, self.widest = int(block), [0, []], [], [], 0
         self.x = None if x is None else x.detach().contiguous().clone()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch otherwise wraps __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo: 3-8 s per grading kernel for nothing (no torch.compile runs here). False is the
+        # opt-out TorchDispatchMode._should_skip_dynamo's docstring shows.
+        return False
+
     def _is_x(self, t) -> bool:
         x = self.x
         if x is None or not t.is_floating_point():

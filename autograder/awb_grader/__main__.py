@@ -121,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
                    "(?P<student_id>...) and (?P<file_id>NN_topic) groups, optionally (?P<timestamp>...)")
     p.add_argument("--memory-mb", type=int, default=None, help="memory limit of a student's kernel (default 4096)")
     p.add_argument("--regrade", action="store_true", help="grade every submission again, changed or not")
-    p.add_argument("--no-verdict", action="store_true", help="skip the outside-the-kernel re-check")
+    p.add_argument("--no-verdict", action="store_true",
+                   help="run no hidden check (they run only outside the kernel): scores from the visible checks alone")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="on a cluster node: grade slice I of N (I from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX "
                         "when only N is given) into COURSE/cluster/shard-I-of-N; then run merge")

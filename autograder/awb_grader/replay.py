@@ -8,6 +8,11 @@ can change a verdict.
 Frames on stdin/stdout: 4-byte big-endian length + a ``torch.save`` payload, loaded with
 ``weights_only=True`` on both sides (plain data only). The student's prints go to stderr.
 
+What runs here is the student's code and ``replay_support.py`` (the operations below, and the
+checker-side objects ``make`` builds): no hidden check, seed or oracle is imported here nor bound
+into this sandbox. Whatever the student's code prints stays in this process's stderr, which the
+grader reads only for its own log.
+
 The protocol (each request a dict with ``op``; each answer ``{"ok": value}`` or
 ``{"error": text, "type": exception name}``). Objects that are not plain data stay here, in a
 table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether it is an
@@ -23,14 +28,14 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
 ``get``       target, path: a plain attribute value (no dunder names)
 ``grads``     target, args, kwargs: forward + backward of its own loss -> (loss, [(name, grad)])
 ``standin``   target, path, kind, options: the sub-module computes the reference of its kind
-``make``      kind, args, kwargs: a checker object (``_adapter.maker``)
+``make``      kind, args, kwargs: a checker object (``replay_support.maker``)
 ``launch``    target (a Triton kernel's name), grid, args, kwargs: ``target[grid](*args, **kwargs)``;
               its writes into its tensor arguments come back as ``effects``, as with ``call``
 ``reset``     forget every reference
 ``facts``     {graded name: what it reaches in attention_workbook} (``attention_workbook.checks.own``)
 
 Argument markers: ``{"__ref__": id}`` (an object of the table), ``{"__gen__": state}`` (a
-``torch.Generator`` with that state), ``_adapter.torch_spec`` dicts (a PyTorch layer rebuilt
+``torch.Generator`` with that state), ``replay_support.torch_spec`` dicts (a PyTorch layer rebuilt
 from its constructor arguments and state).
 """
 
@@ -65,9 +70,9 @@ class Server:
     def __init__(self, ns: dict):
         import torch.nn as nn
 
-        from .hidden import _adapter
+        from . import replay_support
 
-        self.ns, self.A, self.nn = ns, _adapter, nn
+        self.ns, self.A, self.nn = ns, replay_support, nn
         self.table: dict[int, object] = {}
         self.effects: list = []
 
@@ -195,9 +200,9 @@ def main() -> None:
     import torch
 
     # everything the server needs is imported before any student code runs
-    from attention_workbook.checks import core, own
-    from .hidden import _adapter, ex01, ex08  # noqa: F401
-    from attention_workbook.checks import ex07
+    from attention_workbook.checks import core, ex07, own  # (ex07: a checker object's class)
+
+    from . import replay_support  # noqa: F401
 
     cells = json.loads(_read(channel_in).decode())
     ns: dict = {"__name__": "__main__"}

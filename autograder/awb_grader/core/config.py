@@ -16,13 +16,19 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
     the instructor said the grades need not be protected (``--SandboxGuard.unprotected=True``,
     ``cohort --unprotected`` or ``AWB_UNPROTECTED=1``); the test suite's own notebooks
     (trusted code, no sandbox) say ``SandboxGuard.trusted_code=True``;
+  - ``HoldOutHiddenTests`` before the execution: every test cell's hidden block is taken out,
+    so the student's kernel runs only the visible checks (and never sees the hidden checks'
+    code, seeds or oracles);
   - ``LimitOutputBytes`` instead of ``LimitOutput``;
-  - ``OutsideVerdict`` after the execution and before ``SaveAutoGrades``: it decides, in
-    nbgrader's process (never the student's), which test cells keep the points they earned in
-    the kernel (``verdict.outside.decide``); a withheld cell gets an error output that says why, so
-    nbgrader's own ``SaveAutoGrades`` scores it 0 and the feedback shows the reason. The
-    status and reasons go into the autograded notebook's metadata (``awb_grader``), where every
-    door reads them;
+  - ``OutsideVerdict`` after the execution and before ``SaveAutoGrades``: it puts the hidden
+    blocks back and decides, in nbgrader's process (never the student's), which test cells keep
+    the points their visible checks earned in the kernel (``verdict.outside.decide``: the hidden
+    checks run there, and only there). A cell whose hidden check fails gets an error output
+    with a fixed sentence (``verdict.outside.HIDDEN_MESSAGE``: no case, seed or expected value),
+    a withheld cell one that says why, so nbgrader's own ``SaveAutoGrades`` scores it 0 and the
+    feedback shows the sentence. The status, the reasons and each hidden check's own message
+    (``hidden_failed``, for the instructor) go into the autograded notebook's metadata
+    (``awb_grader``), where every door reads them;
   - ``FlagSubmission`` after ``SaveAutoGrades``: a flagged submission is flagged in
     nbgrader's gradebook (formgrader shows the flag).
 """
@@ -38,6 +44,7 @@ from .course import ensure_kernel_path
 
 PREPROCESSORS = [
     "awb_grader.core.preprocessors.sandbox_guard.SandboxGuard",
+    "awb_grader.core.preprocessors.hold_out_hidden.HoldOutHiddenTests",
     "awb_grader.core.preprocessors.sandbox_execute.SandboxExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
@@ -68,7 +75,7 @@ def private_runtime() -> Path:
 
 def configure(c) -> None:
     """Put the settings above in nbgrader config ``c`` (called by ``autograder/nbgrader_config.py``)."""
-    ensure_kernel_path()                     # hidden test cells import awb_grader.hidden
+    ensure_kernel_path()                     # (the replay's modules; trusted notebooks' hidden blocks)
     c.Execute.kernel_name = KERNEL_NAME
     c.Execute.kernel_manager_class = "awb_grader.core.kernel_manager.SandboxKernelManager"
     # every output is in once the last cell ran: stop the kernel at once rather than asking it

@@ -63,7 +63,8 @@ def solution_cells(assignment: str) -> dict[str, str]:
 
 
 def ensure_kernel_path() -> None:
-    """Hidden test cells import ``awb_grader.hidden``: grading kernels inherit PYTHONPATH."""
+    """Grading kernels and the replay process inherit PYTHONPATH: the workbook's package, and
+    ``awb_grader`` (the replay's own modules; the trusted notebooks' hidden blocks)."""
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for needed in (str(AUTOGRADER), str(REPO)):
         if needed not in parts:

@@ -55,7 +55,7 @@ def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str
     return nb
 
 
-# the course's own notebooks in nbgrader's default kernel: unsandboxed, no outside verdict
+# the course's own notebooks in nbgrader's default kernel: unsandboxed, hidden checks in the kernel
 TRUSTED_NEW_KERNEL = {"Execute.kernel_name": "python3", "SandboxGuard.trusted_code": True}
 
 
@@ -79,13 +79,16 @@ class Graded:
 
 def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: Path | None = None,
                    timeout: int | None = None, files: dict[str, Path] | None = None,
-                   warm: bool = True) -> Graded:
+                   warm: bool = True, hidden_outside: bool = False) -> Graded:
     """Autograde one submission per entry of ``variants`` ({student: {grade_id: code}}) and
     per entry of ``files`` ({student: notebook to submit as it is}). ``warm``: nbgrader starts
     each notebook's kernel by forking a process that has PyTorch imported (``warm.py``), not a
-    new Python (trusted code: no sandbox, no outside verdict either way)."""
+    new Python (trusted code: no sandbox). The hidden checks run in the kernel (trusted code),
+    or, with ``hidden_outside``, only outside it, through the replay, as a student's do (here
+    unsandboxed: ``HoldOutHiddenTests.trusted_in_kernel``)."""
     root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
     with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
+        extra = {**extra, **({"HoldOutHiddenTests.trusted_in_kernel": False} if hidden_outside else {})}
         course = Course(root, release_dir=root / "release", timeout=timeout, extra=dict(extra))
         course.generate_assignment(assignment)
         release_nb = course.release_root / assignment / f"{assignment}.ipynb"
@@ -105,19 +108,22 @@ def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: P
     return Graded(scores, course.max_scores(assignment), course)
 
 
-def check_solution(assignment: str, workdir: Path, timeout: float = 60) -> dict[str, str]:
-    """Outside verdicts of every test cell for the reference solution (no nbgrader): what an
-    honest, fully correct student gets from the re-check. Used by the test suite to show the
-    re-check never takes points from correct work."""
+def check_solution(assignment: str, workdir: Path, timeout: float = 60, overrides: dict[str, str] | None = None,
+                   cells: list[str] | None = None) -> dict[str, str]:
+    """Outside verdicts of the test cells ``cells`` (every one by default) for the reference
+    solution, its answer cells replaced by ``overrides`` (no nbgrader): what the hidden checks
+    say of that work when they run outside its process, as they do for a student's upload. Used
+    by the test suite to show the re-check never takes points from correct work, and gives the
+    verdicts the trusted path's in-kernel hidden checks give."""
     from ..verdict.outside import hidden_blocks, outside_verdicts
 
     ensure_kernel_path()
     nb = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
-    sol = solution_cells(assignment)
+    sol = {**solution_cells(assignment), **(overrides or {})}
     for cell in nb.cells:
         meta = cell_meta(cell)
         if meta.get("solution"):
             cell.source = sol[meta["grade_id"]]
     hidden = hidden_blocks(nb)
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    return outside_verdicts(nb, Path(workdir), list(hidden), timeout)
+    return outside_verdicts(nb, Path(workdir), list(hidden) if cells is None else list(cells), timeout)

@@ -16,8 +16,8 @@ and object is a *proxy* to a separate sandboxed process running the student's co
 ``grads(obj, ...)``        forward + backward of the object's own loss: (loss, {name: grad})
 ``standin(obj, path, k)``  make a sub-module compute the reference function of its kind from
                            its own (loaded) parameters, object kept in place
-``make(kind, ...)``        a checker-side object (scripted model, stub) built where the
-                           student's code runs
+``make(kind, ...)``        a checker-side object (scripted model, stub: ``replay_support``)
+                           built where the student's code runs
 ``forbid(targets, why)``   built-ins the student's code may not call (applied where it runs)
 ``launch(kernel, grid,     a Triton kernel of the student's launched where their code runs,
   *args, **meta)``         ``kernel[grid](*args, **meta)``: what it writes into its tensor
@@ -29,29 +29,38 @@ of the replay protocol (``replay.py``); only plain data crosses (tensors, number
 and references to objects that stay in the student's process). The comparison with the
 oracle always happens in the process that runs the check.
 
-The second half of this module is the student-process side of those operations (the replay
-server and the local path share it).
+The student-process side of those operations (``replay_support.py``: what the replay server
+runs beside the student's code, and what the local path runs here) holds no check: this
+package is never bound into a sandbox nor imported in the student's process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import types
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from attention_workbook.checks import core
+
+from ..replay_support import (  # noqa: F401 - LoadError and torch_spec: part of this API
+    LoadError,
+    describe_module,
+    get_plain,
+    grads_of,
+    launch_kernel,
+    load_into,
+    maker,
+    params_of,
+    standin_into,
+    torch_from_spec,
+    torch_spec,
+)
 
 _CLIENT = None            # the replay client while the grader runs a check outside the kernel
 _FORBID: list = []        # active (targets, why) of forbid() blocks
 MISSING = object()
-
-
-class LoadError(Exception):
-    """Weights could not be copied into the student's object (missing attribute, shape)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,13 +237,6 @@ def launch(kernel, grid, *args, name: str, **meta) -> None:
         call(lambda *a, **k: launch_kernel(kernel, grid, a, k), *args, name=name, **meta)
 
 
-def launch_kernel(kernel, grid, args, kwargs) -> None:
-    """The student-process side of :func:`launch` (the visible checks' own launcher)."""
-    from attention_workbook.checks.ex10 import launch_kernel as run
-
-    run(kernel, grid, args, kwargs)
-
-
 @contextlib.contextmanager
 def forbid(targets, why: str):
     """``core.forbid`` where the student's code runs (here, or in the replay process)."""
@@ -259,227 +261,3 @@ def _owner_path(owner) -> str:
     if isinstance(owner, types.ModuleType):
         return owner.__name__
     return f"{owner.__module__}.{owner.__qualname__}"
-
-
-# ---------------------------------------------------------------------------------------------
-# the student-process side (shared by the local path and the replay server)
-# ---------------------------------------------------------------------------------------------
-def _walk(obj, path: str):
-    for part in [p for p in path.split(".") if p]:
-        if part.startswith("__"):
-            raise AttributeError(f"{path}: special attributes are not read")
-        obj = getattr(obj, part)
-    return obj
-
-
-def params_of(obj, prefix: str = ""):
-    root = _walk(obj, prefix)
-    if not isinstance(root, nn.Module):
-        raise AttributeError(f"{prefix or 'the object'} is not an nn.Module")
-    return [(n, p.detach().clone()) for n, p in root.named_parameters()]
-
-
-def load_into(obj, values: dict) -> None:
-    for path, value in values.items():
-        try:
-            target = _walk(obj, path)
-        except AttributeError as e:
-            raise LoadError(f"{path}: no such attribute ({e})") from None
-        if not isinstance(target, torch.Tensor):
-            raise LoadError(f"{path} is {type(target).__name__}, not a tensor")
-        if tuple(target.shape) != tuple(value.shape):
-            raise LoadError(f"{path} has shape {tuple(target.shape)}, expected {tuple(value.shape)}")
-        with torch.no_grad():
-            target.copy_(value)
-
-
-KINDS = [(nn.Linear, "Linear"), (nn.LayerNorm, "LayerNorm"), (nn.Dropout, "Dropout"), (nn.Embedding, "Embedding"),
-         (nn.MultiheadAttention, "MultiheadAttention"), (nn.ReLU, "ReLU")]
-
-
-def _kind(m) -> str:
-    return next((name for cls, name in KINDS if isinstance(m, cls)), "Module")
-
-
-def describe_module(obj, prefix: str = "") -> list[dict]:
-    root = _walk(obj, prefix)
-    if not isinstance(root, nn.Module):
-        return []
-    out = []
-    for path, m in root.named_modules():
-        d = {"path": ".".join(p for p in (prefix, path) if p), "kind": _kind(m), "type": type(m).__name__}
-        if isinstance(m, nn.Linear):
-            d.update(in_features=m.in_features, out_features=m.out_features, bias=m.bias is not None)
-        elif isinstance(m, nn.LayerNorm):
-            d.update(normalized_shape=list(m.normalized_shape), eps=float(m.eps))
-        elif isinstance(m, nn.Dropout):
-            d.update(p=float(m.p))
-        elif isinstance(m, nn.Embedding):
-            d.update(num_embeddings=m.num_embeddings, embedding_dim=m.embedding_dim)
-        out.append(d)
-    return out
-
-
-def plain(value):
-    """A value as plain data: tensors (detached copies), numbers, strings, None, containers;
-    a module becomes {"module": kind}; anything else {"object": type name}."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (tuple, list)):
-        return type(value)(plain(v) for v in value)
-    if isinstance(value, nn.Module):
-        return {"module": _kind(value), "type": type(value).__name__}
-    return {"object": type(value).__name__}
-
-
-def get_plain(obj, path: str):
-    return plain(_walk(obj, path))
-
-
-def grads_of(obj, args, kwargs):
-    for p in obj.parameters():
-        p.grad = None
-    with torch.enable_grad():
-        out = obj(*args, **kwargs)
-        loss = out[1] if isinstance(out, tuple) else out
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise TypeError("the loss is not a one-element tensor")
-        loss.backward()
-    g = [(n, (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)))
-         for n, p in obj.named_parameters()]
-    return float(loss.detach()), g
-
-
-# reference computations a sub-module can be made to perform from its own parameters
-def _ref_layer_norm(mod, eps):
-    def forward(x):
-        return F.layer_norm(x, mod.weight.shape, mod.weight, mod.bias, eps)
-    return forward
-
-
-def _ref_feed_forward(mod):
-    lins = [m for m in mod.modules() if isinstance(m, nn.Linear)]
-    if len(lins) != 2:
-        raise LoadError(f"expected two nn.Linear layers, found {len(lins)}")
-    l1, l2 = lins
-
-    def forward(x):
-        return F.linear(F.relu(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
-    return forward
-
-
-def _ref_mha(mod, n_heads):
-    """The workbook's MultiHeadAttention interface: forward(x, kv=None, mask=None, is_causal=False),
-    mask True = may attend, broadcast to (B, H, T, S); weights W_qkv ([q; k; v] rows) and W_o."""
-    def forward(x, kv=None, mask=None, is_causal=False):
-        kv = x if kv is None else kv
-        D = mod.W_o.weight.shape[0]
-        Wq, Wk, Wv = mod.W_qkv.weight.split(D)
-        bq, bk, bv = mod.W_qkv.bias.split(D) if mod.W_qkv.bias is not None else (None, None, None)
-        B, T, S, Dh = x.size(0), x.size(1), kv.size(1), D // n_heads
-
-        def heads(t, n):
-            return t.reshape(B, n, n_heads, Dh).transpose(1, 2)             # (B, H, n, Dh)
-        q, k, v = heads(F.linear(x, Wq, bq), T), heads(F.linear(kv, Wk, bk), S), heads(F.linear(kv, Wv, bv), S)
-        scores = q @ k.transpose(-2, -1) / Dh ** 0.5                        # (B, H, T, S)
-        if is_causal:
-            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril()
-            mask = causal if mask is None else mask & causal
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = scores.softmax(-1) @ v                                         # (B, H, T, Dh)
-        return F.linear(out.transpose(1, 2).reshape(B, T, D), mod.W_o.weight, mod.W_o.bias)
-    return forward
-
-
-STANDINS = {"layer_norm": _ref_layer_norm, "feed_forward": _ref_feed_forward, "mha": _ref_mha}
-
-
-def standin_into(obj, path: str, kind: str, options) -> None:
-    try:
-        mod = _walk(obj, path)
-    except AttributeError as e:
-        raise LoadError(f"{path}: no such attribute ({e})") from None
-    if not isinstance(mod, nn.Module):
-        raise LoadError(f"{path} is {type(mod).__name__}, not an nn.Module")
-    try:
-        fn = STANDINS[kind](mod, *options)
-    except AttributeError as e:
-        raise LoadError(f"{path}: {e}") from None
-    object.__setattr__(mod, "forward", fn)      # the same object: every holder of it sees this
-
-
-def maker(kind: str):
-    """Checker-side objects the grader may have built in the student's process."""
-    if kind == "ex01.reference_forward":
-        from .ex01 import _reference_forward
-
-        return lambda: _reference_forward
-    if kind == "ex01.doubled_forward":
-        from .ex01 import _doubled_forward
-
-        return lambda: _doubled_forward
-    if kind == "ex07.scripted":
-        from attention_workbook.checks.ex07 import ScriptedModel
-
-        return ScriptedModel
-    if kind == "ex08.stub":
-        from .ex08 import _Stub
-
-        return _Stub
-    if kind == "ex09.gpt":
-        from .ex09 import _recording_gpt
-
-        return _recording_gpt
-    if kind == "ex09.watch":
-        from attention_workbook.checks.ex09 import Watch
-
-        return Watch
-    raise KeyError(f"unknown checker object {kind!r}")
-
-
-# torch layers the checks hand to the student's functions (from_torch...): rebuilt from plain data
-def torch_spec(m: nn.Module) -> dict:
-    if isinstance(m, nn.MultiheadAttention):
-        init = dict(embed_dim=m.embed_dim, num_heads=m.num_heads, dropout=float(m.dropout),
-                    bias=m.in_proj_bias is not None, add_bias_kv=m.bias_k is not None,
-                    batch_first=m.batch_first)
-        kind = "MultiheadAttention"
-    elif isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
-        kind = type(m).__name__
-        act = m.activation
-        init = dict(d_model=m.self_attn.embed_dim, nhead=m.self_attn.num_heads,
-                    dim_feedforward=m.linear1.out_features, dropout=float(m.dropout.p),
-                    activation="gelu" if act in (F.gelu,) or isinstance(act, nn.GELU) else "relu",
-                    layer_norm_eps=float(m.norm1.eps), batch_first=m.self_attn.batch_first,
-                    norm_first=m.norm_first, bias=m.linear1.bias is not None)
-    else:
-        raise TypeError(f"{type(m).__name__} cannot be sent to the student's process")
-    state = {k: v.detach().clone() for k, v in m.state_dict().items()}
-    return {"__torch__": kind, "init": init, "state": state, "training": m.training}
-
-
-def torch_from_spec(spec: dict) -> nn.Module:
-    cls = {"MultiheadAttention": nn.MultiheadAttention, "TransformerEncoderLayer": nn.TransformerEncoderLayer,
-           "TransformerDecoderLayer": nn.TransformerDecoderLayer}[spec["__torch__"]]
-    m = cls(**spec["init"])
-    m.load_state_dict(spec["state"])
-    return m.train(bool(spec["training"]))
-
-
-def resolve_owner(path: str):
-    """A forbid() owner named by path; only torch's modules and classes."""
-    if path != "torch" and not path.startswith("torch."):
-        raise ValueError(f"not a torch object: {path}")
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for p in parts[i:]:
-            obj = getattr(obj, p)
-        return obj
-    raise ValueError(path)

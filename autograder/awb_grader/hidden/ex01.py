@@ -101,20 +101,6 @@ def rnn_forward_h0(rnn_forward) -> None:
             fail_values("rnn_forward(...) with a non-zero h0", out, want, _desc(args), TOL)
 
 
-def _reference_forward(x, h0, W_xh, W_hh, b):
-    """Passed to the student's gradient_vs_distance as `forward` (differentiable, any dtype)."""
-    h, out = h0, []
-    for t in range(x.shape[1]):
-        h = torch.tanh(torch.einsum("bd,dh->bh", x[:, t], W_xh) + torch.einsum("bk,kh->bh", h, W_hh) + b)
-        out.append(h)
-    return torch.stack(out, dim=1)
-
-
-def _doubled_forward(x, h0, W_xh, W_hh, b):
-    """A `forward` that is not rnn_forward: the RNN on 2 x (tells whether the one given is used)."""
-    return _reference_forward(2 * x, h0, W_xh, W_hh, b)
-
-
 def _norms(gradient_vs_distance, args):
     out = call(gradient_vs_distance, *args, forward=A.make("ex01.reference_forward"), name="gradient_vs_distance")
     if not isinstance(out, torch.Tensor):

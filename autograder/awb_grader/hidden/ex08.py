@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from attention_workbook.checks.ex08 import single_threaded
@@ -341,27 +340,6 @@ def gpt_overfits(GPT) -> None:
 # ----------------------------------------------------------------------------------------
 # generate
 # ----------------------------------------------------------------------------------------
-class _Stub(nn.Module):
-    """Next-token scores that depend on the last token: logits[..., j] = base[j] + 20 [j == (tok + s) % V]."""
-
-    def __init__(self, base, block_size, shift=None):
-        super().__init__()
-        self.base, self.block_size, self.shift = base, block_size, shift
-        self.longest, self.grad_seen = 0, False
-
-    def forward(self, idx, targets=None):
-        B, T = idx.shape
-        self.longest = max(self.longest, T)
-        self.grad_seen = self.grad_seen or torch.is_grad_enabled()
-        if T > self.block_size:
-            raise IndexError(f"index out of range: context {T} > block_size {self.block_size}")
-        V = self.base.numel()
-        logits = self.base.expand(B, T, V).clone()
-        if self.shift is not None:
-            logits = logits + 20 * F.one_hot((idx + self.shift) % V, V).float()
-        return logits, None
-
-
 def _gen(generate, model, idx, n, **kw):
     out = call(generate, model, idx, n, name="generate", **kw)
     if not isinstance(out, torch.Tensor):

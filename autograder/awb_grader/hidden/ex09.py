@@ -19,6 +19,7 @@ from attention_workbook.checks.ex08 import single_threaded
 from attention_workbook.checks.ex09 import NO_SDPA, NO_SOFTMAX, online_builtins, tiled_builtins
 
 from . import _adapter as A
+from ..replay_support import recording_gpt
 from ._base import CheckFailed, call, close, fail_values, guard, own_code, randint, rng
 
 
@@ -351,21 +352,6 @@ def sliding_window_mask_values(sliding_window_mask) -> None:
 # ----------------------------------------------------------------------------------------
 # generate_cached
 # ----------------------------------------------------------------------------------------
-def _recording_gpt(cfg: dict, seed: int):
-    """Lecture 08's GPT (seeded), recording how many positions each pass feeds its blocks."""
-    from attention_workbook.checks.ex09 import tiny_gpt
-
-    model = tiny_gpt(seed, **cfg)                                  # sharp attention: every position matters
-    model.fed, model.full_calls, model.grad_seen = [], [0], [False]
-
-    def fed(mod, a, o):
-        model.fed.append(int(a[0].shape[-2]))
-        model.grad_seen[0] = model.grad_seen[0] or torch.is_grad_enabled()
-    model.blocks[0].ln1.register_forward_hook(fed)
-    model.register_forward_hook(lambda mod, a, o: model.full_calls.__setitem__(0, model.full_calls[0] + 1))
-    return model
-
-
 def _config(g):
     H = randint(g, 1, 4)
     return dict(vocab_size=randint(g, 7, 40), block_size=randint(g, 10, 24), n_layer=randint(g, 2, 3),
@@ -377,7 +363,7 @@ def _gen_case(fn, g, seed, over=None, T=None, **kw):
 
     cfg = {**_config(g), **(over or {})}
     model = A.make("ex09.gpt", cfg, seed)
-    oracle = _recording_gpt(cfg, seed)                              # the same weights, here
+    oracle = recording_gpt(cfg, seed)                              # the same weights, here
     B, T = randint(g, 1, 3), randint(g, 2, cfg["block_size"] - 2) if T is None else T
     n = randint(g, 1 if T > 2 else 4, cfg["block_size"] - T)        # (a short prompt: its keys matter later on)
     idx = torch.randint(cfg["vocab_size"], (B, T), generator=g)

@@ -4,8 +4,9 @@ Every learner installs the whole helper package ``attention_workbook``, which ho
 reference implementation of nearly every graded item. The grading sandbox binds only the part
 of it that an exercise provides on purpose: the modules its release notebook imports (its
 import cell, e.g. 06's ``attention_workbook.mha`` for a learner who did not carry their own
-``MultiHeadAttention`` forward), its visible checks and battery, and what the hidden checks
-import; then everything those modules import in turn. Anything else (04's
+``MultiHeadAttention`` forward), its visible checks and battery, and what the outside verdict's
+replay process imports beside the student's code; then everything those modules import in turn.
+The hidden checks run only in the grader's process: nothing of theirs is bound. Anything else (04's
 ``attention_workbook.qkv``, 08's ``attention_workbook.gpt`` ...) is simply not there: a
 submission that delegates a graded item to it fails to import it, in the kernel and in the
 outside verdict's replay alike.
@@ -66,32 +67,26 @@ def _imports(source: str, module: str | None = None, is_package: bool = False, t
     return {m for m in out if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 
-def _hidden_imports(nn: str) -> tuple[set[str], set[str]]:
-    """What grading exercise ``nn`` imports of the package: (what its hidden checks use, walked
-    whole; what the grader's shared modules import for every exercise, at module level, and
-    what the replay process imports before any student code runs)."""
-    hidden = AUTOGRADER / "awb_grader" / "hidden"
-    replay = (AUTOGRADER / "awb_grader" / "replay.py").read_text()
-    own = _imports((hidden / f"ex{nn}.py").read_text()) if (hidden / f"ex{nn}.py").exists() else set()
-    # the replay's start-up: its own imports, and the hidden modules it loads for every exercise
-    shared = _imports(replay)
-    preloaded = {a.name for node in ast.walk(ast.parse(replay))
-                 if isinstance(node, ast.ImportFrom) and node.module == "hidden" for a in node.names}
-    for name in sorted(preloaded - {"_adapter", f"ex{nn}"}):
-        if (hidden / f"{name}.py").exists():
-            shared |= _imports((hidden / f"{name}.py").read_text(), top_level=True)
-    for name in ("_adapter.py", "_base.py"):
-        shared |= _imports((hidden / name).read_text(), top_level=True)
-    return own, shared
+def _replay_imports() -> set[str]:
+    """What the outside verdict's replay process imports of the package at module level: its
+    own imports and ``replay_support``'s (the operations and checker objects it runs beside the
+    student's code). The hidden checks themselves run only in the grader's process and are
+    never bound into a sandbox, so nothing they import is provided for them."""
+    grader = AUTOGRADER / "awb_grader"
+    out = _imports((grader / "replay.py").read_text())       # (its start-up imports are in main())
+    out |= _imports((grader / "replay_support.py").read_text(), top_level=True)
+    # a checker object of the exercise (``replay_support.maker``) imports its exercise's own
+    # checks module, which every exercise provides already (``provided_modules``)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
 def provided_modules(assignment: str, release: str | None = None) -> frozenset[str]:
     """The package's modules exercise ``assignment`` provides, closed under their imports:
-    what the exercise itself uses (its notebook's imports, its checks and battery, its hidden
-    checks) with every import they make, functions included; what the grader's shared modules
-    load for every exercise with the imports those make at module level only (their functions
-    serve other exercises)."""
+    what the exercise itself uses (its notebook's imports, its visible checks and battery) with
+    every import they make, functions included; what the outside verdict's replay process loads
+    for every exercise with the imports those make at module level only (their functions serve
+    other exercises)."""
     nn = assignment[:2]
     nb_path = Path(release) if release else EXERCISES / assignment / f"{assignment}.ipynb"
     full = {PACKAGE, f"{PACKAGE}.checks", f"{PACKAGE}.checks.core", f"{PACKAGE}.checks.own",
@@ -101,8 +96,7 @@ def provided_modules(assignment: str, release: str | None = None) -> frozenset[s
         if cell["cell_type"] == "code" and not cell_meta(cell).get("solution"):
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             full |= _imports("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
-    own, shared = _hidden_imports(nn)
-    full |= own
+    shared = _replay_imports()
     walked: dict[str, bool] = {}               # module -> walked whole (True) or at module level
     todo = [(m, True) for m in full] + [(m, False) for m in shared]
     while todo:
@@ -143,7 +137,7 @@ def _bytecode(source: Path) -> Path:
 @functools.lru_cache(maxsize=None)
 def compile_bytecode(assignment: str) -> None:
     """Compile (in the grading process, once per exercise) what the sandbox binds for
-    ``assignment`` (its provided modules, the hidden checks) to bytecode beside the sources,
+    ``assignment`` (its provided modules) to bytecode beside the sources,
     where it is missing or older than the source (``compileall``). Sandboxed processes may not
     write (``PYTHONDONTWRITEBYTECODE``) and saw only the ``.py`` files: every kernel and every
     replay compiled each module again. The bytecode is the grader's, of the grader's own files,
@@ -152,8 +146,7 @@ def compile_bytecode(assignment: str) -> None:
     and the sandbox compiles as before."""
     import compileall
 
-    hidden = AUTOGRADER / "awb_grader" / "hidden"
-    for f in [*(_module_file(m) for m in provided_modules(assignment)), *sorted(hidden.glob("*.py"))]:
+    for f in (_module_file(m) for m in provided_modules(assignment)):
         if f is not None:
             try:
                 compileall.compile_file(str(f), quiet=2)

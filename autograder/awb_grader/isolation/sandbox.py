@@ -6,7 +6,8 @@ ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipyke
 * **bubblewrap** (``bwrap``, Debian package ``bubblewrap``): no network (own network
   namespace), own PID/IPC/UTS namespaces, a file system made only of read-only system and
   Python directories, what the exercise provides of the workbook's helper package
-  (``provided.py``) and the hidden checks; the student's own
+  (``provided.py``), and for the outside verdict's replay process its own two files (never the
+  hidden checks, which run only in the grader's process); the student's own
   working directory is the only writable place (plus a private ``/tmp``). ``solutions/``, the
   gradebook, the course root and other students' files are simply not there;
 * an **unprivileged user** (when the grader runs as root: uid ``60000 + worker``), so that
@@ -195,18 +196,18 @@ def limits_of(env: dict | None = None) -> dict:
             "uid": int(env.get("AWB_SANDBOX_UID", "60000"))}
 
 
-def _readonly(cwd: str | None = None) -> list[Path]:
+def _readonly(cwd: str | None = None, extra: list[Path] = ()) -> list[Path]:
     """What sandboxed code may read besides the system: Python, what the exercise graded in
     ``cwd`` provides of the workbook's package (``provided.py``: its import cell's modules, its
-    checks, and what they import; the whole package where the exercise is not known), the
-    hidden checks and the replay (never solutions/, the gradebook or other students' files)."""
+    checks, and what they import; the whole package where the exercise is not known), and
+    ``extra`` (the replay's own files: :data:`REPLAY_FILES`). Never solutions/, the gradebook,
+    other students' files, nor anything of the hidden checks (``awb_grader/hidden/``: they run
+    only in the grader's process)."""
     from .provided import assignment_of, provided_files
 
     assignment = assignment_of(cwd) if cwd else None
     package = provided_files(assignment) if assignment else [REPO / "attention_workbook"]
-    ro = [Path(sys.prefix), Path(sys.base_prefix), *package,
-          AUTOGRADER / "awb_grader" / "__init__.py", AUTOGRADER / "awb_grader" / "hidden",
-          AUTOGRADER / "awb_grader" / "replay.py"]
+    ro = [Path(sys.prefix), Path(sys.base_prefix), *package, *extra]
     return [p for p in ro if p.exists() and not str(p).startswith("/usr")]
 
 
@@ -228,8 +229,10 @@ def _bwrap(cwd: str, ro: list[Path], rw: list[Path]) -> list[str]:
     return cmd
 
 
-def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict | None = None) -> list[str]:
-    """``program`` run in the sandbox with ``cwd`` (and ``rw``) as the only writable folders."""
+def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict | None = None,
+                    ro: list[Path] = ()) -> list[str]:
+    """``program`` run in the sandbox with ``cwd`` (and ``rw``) as the only writable folders;
+    ``ro``: files it may read besides what :func:`_readonly` gives every sandbox."""
     env = dict(os.environ if env is None else env)
     mode = env.get("AWB_SANDBOX_MODE", "bwrap")
     lim = limits_of(env)
@@ -243,14 +246,15 @@ def sandbox_command(program: list[str], cwd: str, rw: list[Path] = (), env: dict
         from . import landlock
 
         private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
-        return landlock.command(program, cwd, list(map(Path, rw)), env, kenv, lim, limits, _readonly(cwd), private,
-                                system=landlock.system_paths(_ETC))
+        return landlock.command(program, cwd, list(map(Path, rw)), env, kenv, lim, limits,
+                                _readonly(cwd, list(ro)), private, system=landlock.system_paths(_ETC))
     inner = [*limits, "env", "-i", *(f"{k}={v}" for k, v in sorted(kenv.items())),
              *program]
     if mode != "bwrap":
         return ["timeout", "-s", "KILL", str(lim["life_s"]), *inner]
 
-    cmd = ["timeout", "-s", "KILL", str(lim["life_s"]), *_bwrap(cwd, _readonly(cwd), [Path(cwd), *map(Path, rw)])]
+    cmd = ["timeout", "-s", "KILL", str(lim["life_s"]),
+           *_bwrap(cwd, _readonly(cwd, list(ro)), [Path(cwd), *map(Path, rw)])]
     if os.geteuid() == 0:
         # bwrap as root (it needs root to bind /root/...); the kernel then drops to an
         # unprivileged uid with no capabilities, so that the process limit is enforced
@@ -348,6 +352,8 @@ def launch(argv: list[str]) -> None:
 
 
 REPLAY = [sys.executable, "-m", "awb_grader.replay"]
+# what the replay process reads of the grader (the kernel reads nothing of it)
+REPLAY_FILES = [AUTOGRADER / "awb_grader" / name for name in ("__init__.py", "replay.py", "replay_support.py")]
 
 
 if __name__ == "__main__":

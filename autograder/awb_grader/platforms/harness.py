@@ -27,14 +27,12 @@ from pathlib import Path
 from ..core.course import REPO
 from ..core.metadata import cell_meta, verdict_of
 from ..core.outputs import strip_ansi
+from ..verdict.outside import HIDDEN_FAILED, HIDDEN_MESSAGE
 
 STUDENT = "student"          # the one student of a harness's cohort
 # what a build copies: the grading core, the helper package, one exercise's source and release
 CORE = ("autograder", "attention_workbook", "pyproject.toml",
         "requirements.txt", "tools/install_torch.py")
-HIDDEN_MESSAGE = ("failed a hidden check (random shapes and values against an independent oracle). "
-                  "Your code passes what the visible check tried, but not every input the text promises: "
-                  "run check_all() in the last cell of the exercise, and reread the function's section.")
 WITHHELD_MESSAGE = ("points withheld: this submission was flagged for review by your instructor "
                     "(the grader found code that is not your own work, or that hides what it runs).")
 TIER_NOTE = ("isolation: the platform's containers (Docker's defaults) refuse the namespaces bubblewrap needs, so "
@@ -117,6 +115,7 @@ class Outcome:
     peak_rss_mb: float = 0.0  # largest resident set of this process or one of its waited-for children
     sandbox: str = ""
     log: list[str] = field(default_factory=list)
+    hidden_failed: dict = field(default_factory=dict)   # grade id -> its hidden check's own message (instructor)
 
     def summary(self) -> str:
         """What the student reads about the whole submission."""
@@ -144,6 +143,7 @@ class Outcome:
         lines += [f"  likely misconception: {m}" for m in self.misconceptions]
         for t in self.tests:
             lines.append(f"  {t.name:<30} {_num(t.score):>4}/{_num(t.max_score):<4} {t.message[:160]}")
+        lines += [f"  hidden check {gid}: {why[:300]}" for gid, why in self.hidden_failed.items()]
         lines += ["", "grader log:", *("  " + x for x in self.log[-60:])]
         return "\n".join(lines)
 
@@ -211,7 +211,7 @@ def student_message(ename: str, evalue: str, fallback: str = "") -> tuple[str, b
     hint (or the student's own exception) is shown as it is."""
     text = evalue.strip() or (fallback.strip().splitlines() or [""])[0]
     low = text.lower()
-    if "hidden test" in low or "awb_grader" in low or "begin hidden" in low:
+    if ename == HIDDEN_FAILED or "hidden test" in low or "awb_grader" in low or "begin hidden" in low:
         return HIDDEN_MESSAGE, True
     if not text:
         return "this check failed (no message).", False
@@ -270,6 +270,7 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         scores = _gradebook_scores(Path(root), assignment) if rec.status != "ungradable" else {}
         autograded = Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
         msgs = _messages(autograded)
+        out.hidden_failed = dict(verdict_of(autograded).get("hidden_failed") or {})
         # points withheld by the outside verdict: what it wrote into the autograded notebook's metadata
         withheld = rec.status == "flagged" and bool(verdict_of(autograded).get("withheld"))
         for gid, pts in cells:

@@ -8,9 +8,10 @@ cell that earned points, in the grader's own process:
 
 1. the student's code cells (setup and answers, the test cells left out) are run again in a
    fresh sandboxed process (``replay.py``), which then only answers requests;
-2. the cell's hidden block (``hidden.mha_self(MultiHeadAttention)``: the same hidden check
-   nbgrader ran) runs in the **grader's** process, with each student function, class and object
-   replaced by a proxy (``hidden/_adapter.py``): the checker constructs the student's classes,
+2. the cell's hidden block (``hidden.mha_self(MultiHeadAttention)``, which the kernel never ran:
+   ``HoldOutHiddenTests`` took it out of the test cell) runs in the **grader's**
+   process, with each student function, class and object replaced by a proxy
+   (``hidden/_adapter.py``): the checker constructs the student's classes,
    loads weights into them, chooses the inputs, reads outputs, parameters and gradients; the
    student's code computes in its own process; everything comes back as plain data
    (``torch.load(weights_only=True)``) and is compared here, with an unpatched torch;
@@ -22,11 +23,14 @@ cell that earned points, in the grader's own process:
    names, ``exec``/``eval``/``compile``): where they do, nothing above can be trusted, and
    every point is withheld for review by hand.
 
-A cell that passed inside the kernel but fails any of this loses its points (an error output
-that says why, so nbgrader's ``SaveAutoGrades`` scores it 0 and the feedback shows it) and the
-submission is flagged with the reason. Every hidden check of exercises 00-08 replays this way; a cell
-that could not be replayed (``Unsupported``, e.g. the replay process did not start) is withheld
-too, with a reason that says so.
+A cell whose hidden check fails loses its points like any wrong answer: an error output with a
+fixed sentence (:data:`HIDDEN_MESSAGE`; the check's own message, with its case, goes to the
+instructor only), so nbgrader's ``SaveAutoGrades`` scores it 0. A cell that fails the other
+rules, or whose hidden check fails in a submission that touches the checking machinery, loses
+its points with an error output that says why, and the submission is flagged with the reason.
+Every hidden check of exercises 00-09 runs this way; a cell that could not be replayed
+(``Unsupported``, e.g. the replay process did not start) is withheld too, with a reason that
+says so (for the instructor; the student reads :data:`UNCHECKED_MESSAGE`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ from ..core.metadata import cell_meta
 from .delegation import const_str, parse
 
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+# what a student reads where a hidden check failed (the check's own message, with its case and
+# tolerance, goes to the instructor only: the autograded notebook's metadata, ``hidden_failed``)
+HIDDEN_FAILED = "HiddenCheckFailed"
+HIDDEN_MESSAGE = ("failed a hidden check (random shapes and values against an independent oracle). "
+                  "Your code passes what the visible check tried, but not every input the text promises: "
+                  "run check_all() in the last cell of the exercise, and reread the function's section.")
+PATCHED_MESSAGE = ("failed its hidden check, and this submission's code touches the checking machinery: "
+                   "points withheld, flagged for review by your instructor")
+UNCHECKED_MESSAGE = ("could not be checked outside your notebook's process: points withheld, "
+                     "flagged for review by your instructor")
 MACHINERY = {"torch", "np", "numpy", "F", "nn", "math", "checks", "core", "hidden", "builtins", "sys",
              "IPython", "get_ipython", "unittest", "testing", "awb_grader", "attention_workbook", "_base"}
 
@@ -165,7 +179,7 @@ class Replay:
             sandbox.prepare_run(str(cwd))      # its uid owns its folder; nothing of an earlier one runs
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
         if mode in ("bwrap", "landlock", "limits"):
-            cmd = sandbox.sandbox_command(program, str(cwd), env=env)
+            cmd = sandbox.sandbox_command(program, str(cwd), env=env, ro=sandbox.REPLAY_FILES)
         else:
             cmd = program
         import tempfile
@@ -214,6 +228,7 @@ class Replay:
         import torch.nn as nn
 
         from ..hidden import _adapter as A
+        from ..replay_support import torch_spec
 
         if isinstance(x, A.RemoteObject):
             if x._client is not self:
@@ -227,7 +242,7 @@ class Replay:
             return x.detach()
         if isinstance(x, nn.Module):
             try:
-                return A.torch_spec(x)
+                return torch_spec(x)
             except TypeError as e:
                 raise Unsupported(str(e)) from None
         if isinstance(x, (list, tuple)):
@@ -341,7 +356,7 @@ def _error(ans: dict) -> BaseException:
 
     from attention_workbook.checks.core import ForbiddenCall
 
-    from ..hidden._adapter import LoadError
+    from ..replay_support import LoadError
 
     kind_name = str(ans.get("type"))
     msg = ans["error"].split(": ", 1)[-1]
@@ -426,8 +441,14 @@ def recheck(nb, cwd: Path, cells: list[str], timeout: float = 60, exercise: str 
             finally:
                 _adapter._CLIENT = None
                 _adapter._FORBID.clear()
-            if replay.proc.poll() is not None:
-                replay = Replay(code, cwd, timeout)      # the student's process died: next cell, fresh one
+            if replay.proc.poll() is not None:           # the student's process died: next cell, fresh one
+                replay.close()
+                try:
+                    replay = Replay(code, cwd, timeout)
+                except Exception as e:  # noqa: BLE001
+                    left = wanted[wanted.index(c) + 1:]
+                    out.update({x: f"unsupported: {e}" for x in left})
+                    break
     finally:
         replay.close()
     return out, facts
@@ -479,22 +500,26 @@ def findings(nb, assignment: str, facts: dict | None = None) -> tuple[dict[str, 
 @dataclass
 class Decision:
     """What the grader's process decided for one executed submission."""
-    withheld: dict = field(default_factory=dict)    # test grade_id -> why its points are withheld
+    withheld: dict = field(default_factory=dict)    # test grade_id -> why its points are withheld (shown)
     reasons: list = field(default_factory=list)     # for the flags (every door shows the same)
     flagged: bool = False
+    hidden_failed: dict = field(default_factory=dict)   # test grade_id -> its hidden check's message (instructor only)
 
 
 def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 60,
            scope: str = "full") -> Decision:
-    """Decide, in the grader's process, the test cells that earned points inside the student's
-    kernel (``earned``; ``nb`` is the executed notebook): each keeps its points only if its
-    hidden check also passes outside that process (``recheck``), its graded item is the
-    student's own work (not the workbook's reference: ``findings``), and the answer cells hide
-    nothing (``obfuscation``). Also reads what the execution itself says (answer cells that do
-    not run, cells cut by the time limit, what the sandbox stopped: :func:`events`).
+    """Decide, in the grader's process, the test cells whose visible check passed inside the
+    student's kernel (``earned``; ``nb`` is the executed notebook, its test cells whole): each
+    keeps its points only if its hidden check passes outside that process (``recheck``: the one
+    place hidden checks run), its graded item is the student's own work (not the workbook's
+    reference: ``findings``), and the answer cells hide nothing (``obfuscation``). A hidden check
+    that fails is a wrong answer (``hidden_failed``; not a flag), unless the code touches the
+    checking machinery (``suspicious_code``): then the cell is withheld and the submission
+    flagged. Also reads what the execution itself says (answer cells that do not run, cells cut
+    by the time limit, what the sandbox stopped: :func:`events`).
 
-    ``scope``: "full"; "static" (no re-check outside the kernel: ``--no-verdict``); "events"
-    (only the execution's events: the course's own trusted notebooks)."""
+    ``scope``: "full"; "static" (no hidden check runs: ``--no-verdict``); "events" (only the
+    execution's events: the course's own trusted notebooks, whose hidden checks ran in the kernel)."""
     from attention_workbook.checks import own
 
     d = Decision()
@@ -529,17 +554,19 @@ def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 6
                   f"no points for {', '.join(items.get(name, [])) or name}")
         withhold.update({c: reason for c in items.get(name, []) if c in earned and c not in withhold})
         d.reasons.append(reason)
+    # a hidden check that fails outside is a wrong answer (the student reads HIDDEN_MESSAGE); where
+    # the code touches the checking machinery, a visible check that passed inside may have been
+    # faked: flagged, as patching is
     fails = [c for c, v in verdicts.items() if v.startswith("fail")]
-    if fails:
-        withhold.update({c: "failed when re-checked outside the student's process: " + verdicts[c][6:]
-                         for c in fails if c not in withhold})
+    d.hidden_failed = {c: verdicts[c][6:] for c in fails}
+    if fails and suspicious:
+        withhold.update({c: PATCHED_MESSAGE for c in fails if c not in withhold})
         d.reasons.append("passed in the student's kernel but failed when re-checked outside it "
                          f"(patched checking machinery?): {', '.join(fails)}: points withheld")
     rest = [c for c, v in verdicts.items() if v.startswith("unsupported") and c not in withhold]
     if rest:
         why = verdicts[rest[0]].split(": ", 1)[-1][:120]
-        withhold.update({c: f"could not be re-checked outside the student's process ({why}): review by hand"
-                         for c in rest})
+        withhold.update({c: UNCHECKED_MESSAGE for c in rest})
         d.reasons.append(f"could not be re-checked outside the student's process ({why}): "
                          f"{', '.join(rest)}: points withheld, review by hand")
     if suspicious:
@@ -582,7 +609,7 @@ def events(nb) -> tuple[list[str], list[str], list[str]]:
         where = meta.get("grade_id")
         text = []
         for o in cell.get("outputs", []):
-            if o.get("output_type") == "error" and o.get("ename") in ("KernelStopped", "PointsWithheld"):
+            if o.get("output_type") == "error" and o.get("ename") in ("KernelStopped", "PointsWithheld", HIDDEN_FAILED):
                 continue                       # (the grader's own notes, not the student's execution)
             if o.get("output_type") == "error":
                 ename = o.get("ename", "")

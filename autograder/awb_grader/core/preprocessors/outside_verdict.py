@@ -27,28 +27,47 @@ def earned(nb) -> list[str]:
 
 
 class OutsideVerdict(NbGraderPreprocessor):
-    """Decide, in nbgrader's process, which earned test cells keep their points (``verdict.decide``)."""
+    """Decide, in nbgrader's process, which earned test cells keep their points (``verdict.outside.decide``):
+    the hidden checks that ``HoldOutHiddenTests`` kept out of the kernel run here, outside the
+    student's process."""
 
     timeout = Integer(0, help="seconds per re-checked cell (0: Execute.timeout)").tag(config=True)
-    recheck = Bool(True, help="re-run each earned hidden check outside the student's process (off: "
-                              "only the static reading of the answer cells)").tag(config=True)
+    recheck = Bool(True, help="run each earned cell's hidden check outside the student's process (off: no hidden "
+                              "check runs, scores come from the visible checks and the static reading of the "
+                              "answer cells)").tag(config=True)
 
     def preprocess(self, nb, resources):
         from ...verdict import outside as verdict
+        from .hold_out_hidden import held_tests
 
         meta = nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})
         assignment = resources["nbgrader"]["assignment"]
         cwd = Path(resources.get("metadata", {}).get("path") or ".").resolve()
         timeout = self.timeout or int(self.config.Execute.get("timeout", 60) or 60)
-        scope = "events" if meta.get("sandbox") == "trusted" else "full" if self.recheck else "static"
+        held = held_tests(resources)
+        for cell in nb.cells:               # the autograded notebook shows the test cells whole again
+            gid = cell_meta(cell).get("grade_id")
+            if held and gid in held and cell.cell_type == "code":
+                cell.source = held[gid]
+        if held is None and meta.get("sandbox") == "trusted":
+            scope = "events"                 # (the course's own notebooks: hidden checks ran in the kernel)
+        else:
+            scope = "full" if self.recheck else "static"
+        if scope == "static" and held:
+            meta["reasons"] = [*meta.get("reasons", []), "note: the hidden checks were not run (--no-verdict): "
+                               "scores from the visible checks only"]
         d = verdict.decide(nb, assignment, cwd, earned(nb), timeout=timeout, scope=scope)
         for cell in nb.cells:
             gid = cell_meta(cell).get("grade_id")
-            if gid in d.withheld and cell.cell_type == "code":
-                why = d.withheld[gid]
-                cell.outputs.append(error_output(WITHHELD, why))
+            if cell.cell_type != "code" or not gid:
+                continue
+            if gid in d.withheld:
+                cell.outputs.append(error_output(WITHHELD, d.withheld[gid]))
+            elif gid in d.hidden_failed:
+                cell.outputs.append(error_output(verdict.HIDDEN_FAILED, verdict.HIDDEN_MESSAGE))
         meta["reasons"] = [*meta.get("reasons", []), *d.reasons]
         meta["withheld"] = d.withheld
+        meta["hidden_failed"] = d.hidden_failed       # each hidden check's own message: the instructor's only
         if d.flagged:
             meta["status"] = "flagged"
         return nb, resources
