@@ -98,6 +98,10 @@ def main() -> None:
     ap.add_argument("--mix", type=int, default=4, help="students per exercise in [5], every exercise (0: skip)")
     ap.add_argument("--unprotected", action="store_true", help="grade without bubblewrap (not protected)")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--profile", type=int, default=1,
+                    help="correct notebooks per exercise in the per-phase profile [0] (0: skip)")
+    ap.add_argument("--profile-exercises", nargs="*", default=["00", "01", "02", "03", "04", "05", "06", "07", "08"])
+    ap.add_argument("--profile-only", action="store_true", help="only the per-phase profile [0]")
     a = ap.parse_args()
 
     from awb_grader.devtools import synth
@@ -113,6 +117,21 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="awb-bench-"))
     print(f"bench_cohort: {N} students x {A}, {W} workers")
     print(describe())
+
+    # 0. where one notebook's time goes, phase by phase (benchmarks/phase_profile.py), in this
+    # process as a worker grades, one notebook at a time: the seconds of each phase are the core
+    # seconds it costs (one BLAS thread per grading process, nothing else of this run running)
+    if a.profile > 0:
+        import phase_profile
+
+        names = [n for n in assignments() if n[:2] in set(a.profile_exercises)]
+        print(f"[0] per-phase profile: {a.profile} correct notebook(s) of each of {len(names)} exercises, "
+              f"graded one at a time by the worker's code, "
+              f"median per notebook  [{load()}]")
+        phase_profile.run(names, a.profile)
+        print(f"    [{load()}]")
+        if a.profile_only:
+            return
 
     base = Course(work / "base", release_dir=work / "base" / "release")
     base.generate_assignment(A)

@@ -9,6 +9,11 @@ Each run is the real command (``python -m awb_grader cohort LMS.zip --exercises 
 ...``) in a new course root, with the checkout's own ``autograder/`` and package first on
 ``PYTHONPATH``; the cohort (``awb_grader.devtools.synth``: correct work, alternatives, catalogued
 mistakes, unanswered functions, broken files) is written once, from this checkout's release.
+Besides the wall time, each run's **core-seconds**: the CPU time of the command and of every
+process it started (kernels, replays, sandboxes), read from ``RUSAGE_CHILDREN``: this process
+is their child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so the sandboxed processes that
+nbgrader kills rather than reaps are reaped here and counted. Less sensitive to the load of
+other work on the machine than the wall time (not immune: shared cores run slower).
 Prints figures only; asserts nothing.
 """
 
@@ -25,6 +30,45 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import describe, load
+
+
+def become_subreaper() -> bool:
+    """Adopt (and so count) every orphaned descendant: Linux's PR_SET_CHILD_SUBREAPER."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def children_cpu() -> float:
+    """CPU seconds of every descendant reaped so far, after reaping the adopted ones that ended."""
+    import resource
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:                       # an adopted process still ending: wait a little
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _outcomes(flags: Path) -> list[tuple]:
+    """(student, assignment, score, status, failed cells) of every row of a run's flags.csv."""
+    import csv
+
+    if not flags.exists():
+        return []
+    with open(flags) as fh:
+        return sorted((r["student"], r["assignment"], r["score"], r["status"], r["failed_cells"])
+                      for r in csv.DictReader(fh))
 
 
 def main() -> None:
@@ -47,22 +91,36 @@ def main() -> None:
     print(describe())
     print(f"cohort: {len(plan)} files")
     times: dict[str, list[float]] = {"before": [], "after": []}
+    cores: dict[str, list[float]] = {"before": [], "after": []}
+    first = None
+    counted = become_subreaper()
+    print(f"core-seconds: {'every process the command started' if counted else 'NOT all counted (no subreaper)'}")
     for r in range(a.rounds):
         for tag in (("before", "after") if r % 2 == 0 else ("after", "before")):
             tree = (a.before if tag == "before" else a.after).resolve()
             env = {**os.environ, "PYTHONPATH": f"{tree / 'autograder'}{os.pathsep}{tree}"}
             root = work / f"{tag}-{r}"
-            t0 = time.perf_counter()
+            c0, t0 = children_cpu(), time.perf_counter()
             res = subprocess.run([sys.executable, "-m", "awb_grader", "cohort", str(work / "lms.zip"), "--exercises",
                                   *a.exercises, "--workers", str(a.workers), "--course", str(root)],
                                  env=env, cwd=tree, capture_output=True, text=True)
             wall = time.perf_counter() - t0
+            core = children_cpu() - c0
             graded = len(list((root / "autograded").glob("*/*")))
             times[tag].append(wall)
+            cores[tag].append(core / max(graded, 1))
+            got = _outcomes(root / "flags.csv")
+            first = first if first is not None else got
+            print(f"[{tag}] scores, statuses and failed cells {'the same as' if got == first else 'DIFFER from'} "
+                  f"the first run's ({len(got)} rows of flags.csv)")
             print(f"[{tag}] {tree}: {wall:.1f} s for {graded} graded notebooks = {wall / max(graded, 1):.2f} s per "
-                  f"notebook of wall time, rc={res.returncode}  [{load()}]")
+                  f"notebook of wall time, {core / max(graded, 1):.2f} core-seconds per notebook, "
+                  f"rc={res.returncode}  [{load()}]")
     b, n = statistics.mean(times["before"]), statistics.mean(times["after"])
     print(f"mean before {b:.1f} s, after {n:.1f} s: after / before = {n / b:.2f}")
+    cb, cn = statistics.mean(cores["before"]), statistics.mean(cores["after"])
+    print(f"core-seconds per notebook: before {cb:.2f}, after {cn:.2f}: after / before = {cn / cb:.2f}; "
+          f"300 x 9 on 8 cores (all busy): before {2700 * cb / 8 / 60:.1f} min, after {2700 * cn / 8 / 60:.1f} min")
     print(f"done; {load()}")
 
 

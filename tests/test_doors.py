@@ -185,7 +185,12 @@ def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch
              "'awb_grader.replay_support'):\n"
              "    try:\n        importlib.import_module(m); print('ok', m)\n"
              "    except ImportError:\n        print('missing', m)\n"
-             f"try:\n    open({str(hidden_file)!r}).read(); print('read')\nexcept OSError:\n    print('unreadable')\n")
+             f"try:\n    open({str(hidden_file)!r}).read(); print('read')\nexcept OSError:\n    print('unreadable')\n"
+             # the grader's bytecode of what it provides is there, read-only (provided.compile_bytecode)
+             "import importlib.util, attention_workbook.checks.ex04 as m\n"
+             "pyc = importlib.util.cache_from_source(m.__file__)\n"
+             "print('bytecode', open(pyc, 'rb').read(4) == importlib.util.MAGIC_NUMBER)\n"
+             "try:\n    open(pyc, 'ab')\nexcept OSError:\n    print('read-only')\n")
     env = {**os.environ, "PYTHONPATH": f"{AUTOGRADER}{os.pathsep}{REPO}"}
     common = ["ok attention_workbook.checks.ex04", "missing awb_grader.hidden.ex04",
               "missing awb_grader.hidden._adapter", "missing attention_workbook.qkv", "missing attention_workbook.mha"]
@@ -193,7 +198,7 @@ def test_the_sandbox_binds_only_what_the_exercise_provides(tmp_path, monkeypatch
                      (sandbox.REPLAY_FILES, ["ok awb_grader.replay_support"])):     # the replay's
         cmd = sandbox.sandbox_command([sys.executable, "-c", probe], str(cwd), env=env, ro=ro)
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout.split("\n")
-        assert out[:7] == [*common, *last, "unreadable"], out
+        assert out[:9] == [*common, *last, "unreadable", "bytecode True", "read-only"], out
 
 
 PRODUCT = sorted((REPO / "autograder" / "awb_grader").rglob("*.py"))      # the grading core

@@ -115,13 +115,43 @@ PROVIDED_ENV = "AWB_PROVIDED"    # "<assignment>:<file>:<file>..." set by the gr
 
 
 def provided_files(assignment: str, release: str | None = None) -> list[Path]:
-    """The files of :func:`provided_modules` (what the sandbox binds of the helper package). A
-    kernel's launcher (a new process per kernel) reads them from ``$AWB_PROVIDED``, which the
+    """The files of :func:`provided_modules` (what the sandbox binds of the helper package), each
+    with its bytecode (``__pycache__/*.pyc``) where the grader compiled it (:func:`compile_bytecode`).
+    A kernel's launcher (a new process per kernel) reads them from ``$AWB_PROVIDED``, which the
     grading process sets once per submission (``SandboxGuard``: :func:`announce`)."""
     given = os.environ.get(PROVIDED_ENV, "")
     if given.split(os.pathsep, 1)[0] == assignment and not release:
         return [Path(p) for p in given.split(os.pathsep)[1:]]
-    return sorted({_module_file(m) for m in provided_modules(assignment, release)})
+    files = sorted({_module_file(m) for m in provided_modules(assignment, release)})
+    if not release:
+        compile_bytecode(assignment)
+    return files + [pyc for f in files if (pyc := _bytecode(f)).exists()]
+
+
+def _bytecode(source: Path) -> Path:
+    import importlib.util
+
+    return Path(importlib.util.cache_from_source(str(source)))
+
+
+@functools.lru_cache(maxsize=None)
+def compile_bytecode(assignment: str) -> None:
+    """Compile (in the grading process, once per exercise) what the sandbox binds for
+    ``assignment`` (its provided modules) to bytecode beside the sources,
+    where it is missing or older than the source (``compileall``). Sandboxed processes may not
+    write (``PYTHONDONTWRITEBYTECODE``) and saw only the ``.py`` files: every kernel and every
+    replay compiled each module again. The bytecode is the grader's, of the grader's own files,
+    bound read-only like them; Python checks it against the source's time and size and compiles
+    the source instead where they differ. Where the checkout is read-only nothing is written,
+    and the sandbox compiles as before."""
+    import compileall
+
+    for f in (_module_file(m) for m in provided_modules(assignment)):
+        if f is not None:
+            try:
+                compileall.compile_file(str(f), quiet=2)
+            except OSError:
+                pass
 
 
 def announce(assignment: str) -> None:
