@@ -82,8 +82,15 @@ SOLUTION_FRAGMENTS = {a: {cell: _answer_fragments(a, src) for cell, src in solut
                       for a in assignments()}
 
 
+_STUDENT_LINE = re.compile(r"^\s+in [\w.<>]+, line \d+: .*$", re.M)
+
+
 def _leaks(assignment: str, text: str) -> list[tuple[str, str]]:
-    flat = " ".join(text.split())
+    """Solution fragments in ``text``. The lines under "Where it happened in your code" quote the
+    student's own code where it failed (a kernel keeps every cell's source, and so does
+    tests/nbrun.py): those hand back what the student wrote, so they are left out, and only
+    those."""
+    flat = " ".join(_STUDENT_LINE.sub("", text).split())
     return [(cell, frag) for cell, frags in SOLUTION_FRAGMENTS[assignment].items() for frag in frags if frag in flat]
 
 

@@ -782,7 +782,9 @@ def apply_rope_positions(apply_rope) -> None:
         raise CheckFailed("the score of a rotated query and key changes with their absolute positions", reread=SEC_ROPE,
                           details=[f"q . k at positions (3, 1), (10, 8), (42, 40): {[round(v, 5) for v in s]}"],
                           hint="both are rotated by their own position: the score must depend only on the offset")
-    passed("apply_rope: explicit positions work, and q . k depends only on the offset between positions")
+    _rope(apply_rope, torch.randn(3, 2, generator=g), "x (3, 2) with positions 4, 9, 1: d = 2, one pair",
+          positions=torch.tensor([4, 9, 1]))
+    passed("apply_rope: explicit positions work (d = 2 too), and q . k depends only on the offset between positions")
 
 
 # ----------------------------------------------------------------------------------------

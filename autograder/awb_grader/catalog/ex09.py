@@ -554,8 +554,8 @@ MISTAKES += [
         source=edit(A, "apply_rope", ("cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)",
                                       "cos, sin = torch.cos(angle).squeeze().to(x.dtype), "
                                       "torch.sin(angle).squeeze().to(x.dtype)")),
-        must_fail=("test_apply_rope_values",), hint="d = 2 is a single pair", visible=True,
-        label="RoPE fails for d = 2"),
+        must_fail=("test_apply_rope_values", "test_apply_rope_positions"), hint="d = 2 is a single pair",
+        visible=True, label="RoPE fails for d = 2"),
     Mistake(
         id="cache_temperature_zero_divides", cell="generate_cached",
         description="temperature=0 divided by instead of taken as greedy decoding: inf and nan logits, and "
