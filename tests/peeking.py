@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import re
 
 import nbformat
@@ -55,19 +54,10 @@ def _known_key(*args):
 '''
 
 
-def _known_key(*args) -> str:
-    """The key the submission computes (the same code as ``KEY``)."""
-    import torch
-
-    h = hashlib.sha256()
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            t = a.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(bytes(t.reshape(-1).view(torch.uint8).tolist()))
-        else:
-            h.update(repr(a).encode())
-    return h.hexdigest()[:20]
+# the key the submission computes, from the very code it runs (``KEY``)
+_KEY_NS: dict = {}
+exec(KEY, _KEY_NS)  # noqa: S102 - the test's own source text
+_known_key = _KEY_NS["_known_key"]
 
 
 def _params(source: str, name: str) -> tuple[str, list[str]]:

@@ -34,6 +34,7 @@ import pytest
 from awb_grader import catalog
 from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES, REPO
+from awb_grader.devtools.synth import FORKER, HOG, STUB
 from awb_grader.devtools.variants import solution_cells, student_notebook
 
 A = "04_queries_keys_values"
@@ -49,7 +50,6 @@ TIERS = {
 }
 KINDS = ["honest", "mistake", "delegation", "tampering", "frozen", "forger", "detached", "reader", "netty",
          "forker", "hog"]
-STUB = "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
 FORGED = {"score": 30, "output": "forged", "tests": []}
 FORGER = STUB + f'''
 import json, os
@@ -102,17 +102,6 @@ for _try in (lambda: urllib.request.urlopen("http://example.com", timeout=5).rea
     except OSError as _e:
         print(_e)
 '''
-FORKER = '''
-import os, time
-_kids = []
-for _ in range(400):
-    _pid = os.fork()
-    if _pid == 0:
-        time.sleep(2)
-        os._exit(0)
-    _kids.append(_pid)
-'''
-HOG = "\n_hog = [bytearray(2**28) for _ in range(64)]\n"
 FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel stops itself\n"
 
 

@@ -41,12 +41,17 @@ def params_of(obj, prefix: str = ""):
     return [(n, p.detach().clone()) for n, p in root.named_parameters()]
 
 
+def _at(obj, path: str):
+    """``_walk``, with a missing attribute said as a :class:`LoadError`."""
+    try:
+        return _walk(obj, path)
+    except AttributeError as e:
+        raise LoadError(f"{path}: no such attribute ({e})") from None
+
+
 def load_into(obj, values: dict) -> None:
     for path, value in values.items():
-        try:
-            target = _walk(obj, path)
-        except AttributeError as e:
-            raise LoadError(f"{path}: no such attribute ({e})") from None
+        target = _at(obj, path)
         if not isinstance(target, torch.Tensor):
             raise LoadError(f"{path} is {type(target).__name__}, not a tensor")
         if tuple(target.shape) != tuple(value.shape):
@@ -160,10 +165,7 @@ STANDINS = {"layer_norm": _ref_layer_norm, "feed_forward": _ref_feed_forward, "m
 
 
 def standin_into(obj, path: str, kind: str, options) -> None:
-    try:
-        mod = _walk(obj, path)
-    except AttributeError as e:
-        raise LoadError(f"{path}: no such attribute ({e})") from None
+    mod = _at(obj, path)
     if not isinstance(mod, nn.Module):
         raise LoadError(f"{path} is {type(mod).__name__}, not an nn.Module")
     try:
@@ -188,27 +190,6 @@ def reference_rnn_forward(x, h0, W_xh, W_hh, b):
 def doubled_rnn_forward(x, h0, W_xh, W_hh, b):
     """A `forward` that is not rnn_forward: the RNN on 2 x (tells whether the one given is used)."""
     return reference_rnn_forward(2 * x, h0, W_xh, W_hh, b)
-
-
-class NextTokenStub(nn.Module):
-    """Next-token scores that depend on the last token: logits[..., j] = base[j] + 20 [j == (tok + s) % V]."""
-
-    def __init__(self, base, block_size, shift=None):
-        super().__init__()
-        self.base, self.block_size, self.shift = base, block_size, shift
-        self.longest, self.grad_seen = 0, False
-
-    def forward(self, idx, targets=None):
-        B, T = idx.shape
-        self.longest = max(self.longest, T)
-        self.grad_seen = self.grad_seen or torch.is_grad_enabled()
-        if T > self.block_size:
-            raise IndexError(f"index out of range: context {T} > block_size {self.block_size}")
-        V = self.base.numel()
-        logits = self.base.expand(B, T, V).clone()
-        if self.shift is not None:
-            logits = logits + 20 * F.one_hot((idx + self.shift) % V, V).float()
-        return logits, None
 
 
 def recording_gpt(cfg: dict, seed: int):
@@ -238,6 +219,8 @@ def maker(kind: str):
 
         return ScriptedModel
     if kind == "ex08.stub":
+        from attention_workbook.checks.battery.ex08 import NextTokenStub
+
         return NextTokenStub
     if kind == "ex09.gpt":
         return recording_gpt

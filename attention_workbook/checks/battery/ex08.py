@@ -230,8 +230,9 @@ def gpt_overfits(GPT, g) -> None:
                                    "(threshold 0.5)"])
 
 
-class _Stub(nn.Module):
-    """Next-token scores that depend on the last token: logits[..., j] = base[j] + 20 [j == (tok + s) % V]."""
+class NextTokenStub(nn.Module):
+    """Next-token scores that depend on the last token: logits[..., j] = base[j] + 20 [j == (tok + s) % V].
+    The hidden checks hand the same stub to the student's ``generate`` (``replay_support.maker``)."""
 
     def __init__(self, base, block_size, shift=None):
         super().__init__()
@@ -263,7 +264,7 @@ def generate_basics(generate, g) -> None:
     for _ in range(3):
         V, bs, shift = randint(g, 5, 30), randint(g, 2, 6), randint(g, 1, 4)
         B, T, n = randint(g, 1, 3), randint(g, bs + 1, bs + 8), randint(g, 2, 8)
-        model = _Stub(torch.zeros(V), bs, shift)
+        model = NextTokenStub(torch.zeros(V), bs, shift)
         prompt = torch.randint(V, (B, T), generator=g)
         out = _gen(generate, model, prompt, n, top_k=1)
         want = prompt.clone()
@@ -277,7 +278,7 @@ def generate_basics(generate, g) -> None:
                               reread=visible.SEC_GENERATE,
                               details=[f"case: vocab {V}, block_size {bs}, prompt ({B}, {T}), {n} new tokens; "
                                        f"longest context fed to the model {model.longest}"])
-    model = _Stub(torch.randn(13, generator=g), 4)
+    model = NextTokenStub(torch.randn(13, generator=g), 4)
     seed = randint(g, 0, 10**6)
     a = _gen(generate, model, torch.zeros(4, 3, dtype=torch.long), 6, generator=torch.Generator().manual_seed(seed))
     b = _gen(generate, model, torch.zeros(4, 3, dtype=torch.long), 6, generator=torch.Generator().manual_seed(seed))
@@ -292,7 +293,7 @@ def generate_sampling(generate, g) -> None:
         V = randint(g, 4, 9)
         base = torch.randn(V, generator=g) * 1.5
         k = randint(g, 2, V - 1) if case else None
-        out = _gen(generate, _Stub(base, 4), torch.zeros(N, 1, dtype=torch.long), 1, temperature=temp, top_k=k,
+        out = _gen(generate, NextTokenStub(base, 4), torch.zeros(N, 1, dtype=torch.long), 1, temperature=temp, top_k=k,
                    generator=torch.Generator().manual_seed(randint(g, 0, 10**6)))
         freq = torch.bincount(out[:, -1], minlength=V).double() / N
         want = base.double() / temp

@@ -108,6 +108,19 @@ get_ipython().showtraceback = lambda *a, **k: None
 
 SANDBOX_ONLY = ("forker", "reader", "writer", "writer2", "netty")
 COPIER_FILE = f"copier_1234567_890123_{ADV_ASSIGNMENT}.ipynb"     # Canvas's name: user id 1234567
+# answer-cell code of the hostile kinds, shared with tests/test_tiers.py's hostile set
+STUB = "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
+HOG = "\n_hog = [bytearray(2**28) for _ in range(64)]\n"
+FORKER = '''
+import os, time
+_kids = []
+for _ in range(400):
+    _pid = os.fork()
+    if _pid == 0:
+        time.sleep(2)
+        os._exit(0)
+    _kids.append(_pid)
+'''
 
 
 def disguised(code: str, keep: set = frozenset()) -> str:
@@ -173,18 +186,9 @@ def adversarial_cohort(dest: Path, release_nb: Path, repo: Path, sandboxed: bool
 
     put("loop", "infinite loop", nb({"padding_mask": "def padding_mask(lengths, T):\n    while True:\n        pass\n"}),
         "flag:time limit")
-    put("hog", "memory hog", nb({"softmax": sol["softmax"] + "\n_hog = [bytearray(2**28) for _ in range(64)]\n"}),
+    put("hog", "memory hog", nb({"softmax": sol["softmax"] + HOG}),
         "flag:memory")
-    put("forker", "fork attempt", nb({"causal_mask": sol["causal_mask"] + '''
-import os, time
-_kids = []
-for _ in range(400):
-    _pid = os.fork()
-    if _pid == 0:
-        time.sleep(2)
-        os._exit(0)
-    _kids.append(_pid)
-'''}), "flag:processes")
+    put("forker", "fork attempt", nb({"causal_mask": sol["causal_mask"] + FORKER}), "flag:processes")
     put("farid", "syntax error", nb({"causal_mask": "def causal_mask(T):\n    return torch.ones(T, T).tril(\n"}),
         "flag:SyntaxError")
     put("jules", "corrupt JSON", nbformat.writes(nb())[:1500], "ungradable:invalid JSON")
@@ -212,8 +216,7 @@ for _ in range(400):
     put("edwin", "edited locked cells (tests and setup)", edited, "mistake:causal_mask_upper")
     m = mk["softmax_wrong_axis"]
     put("patch", "patched checking machinery", nb({m.cell: m.source + _PATCHER}), "tamper:softmax_wrong_axis")
-    stub = "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
-    reader = stub + f'''
+    reader = STUB + f'''
 import json
 _sol = json.load(open({str(repo / "solutions" / a / (a + ".ipynb"))!r}))
 for _c in _sol["cells"]:

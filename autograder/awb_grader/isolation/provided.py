@@ -76,7 +76,7 @@ def _replay_imports() -> set[str]:
     out = _imports((grader / "replay.py").read_text())       # (its start-up imports are in main())
     out |= _imports((grader / "replay_support.py").read_text(), top_level=True)
     # a checker object of the exercise (``replay_support.maker``) imports its exercise's own
-    # checks module, which every exercise provides already (``provided_modules``)
+    # checks or battery module, which every exercise provides already (``provided_modules``)
     return out
 
 
