@@ -27,6 +27,7 @@ from awb_grader.isolation import sandbox
 from awb_grader.isolation import landlock, tiers
 
 PROGRAM = [sys.executable, "-c", "import ipykernel.kernelapp, torch; torch.ones(2).sum()"]
+UID = sandbox.draw_uids(1)          # a uid of its own, as a grading run draws it
 
 
 def machine() -> str:
@@ -35,7 +36,7 @@ def machine() -> str:
 
 
 def start(mode: str, work: Path, private: Path) -> float:
-    env = dict(os.environ, AWB_SANDBOX_MODE=mode, AWB_PRIVATE_RUNTIME=str(private), AWB_SANDBOX_UID="60000")
+    env = dict(os.environ, AWB_SANDBOX_MODE=mode, AWB_PRIVATE_RUNTIME=str(private), AWB_SANDBOX_UID=str(UID))
     sandbox.prepare_run(str(work), env=env)
     t0 = time.perf_counter()
     r = subprocess.run(sandbox.sandbox_command(PROGRAM, str(work), env=env), cwd=work, env=env,

@@ -92,12 +92,23 @@ class Daemon:
             out += ["-v", f"{p}:{p}:ro"]
         return out
 
+    def _run_args(self, args: list[str], command: list[str]) -> list[str]:
+        return ["run", "--rm", "--network", "none", *self.binds(),
+                "-e", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "-e", "LANG=C.UTF-8",
+                "-e", "MPLBACKEND=Agg", "-e", "OMP_NUM_THREADS=1", *args, IMAGE, *command]
+
+    def start(self, args: list[str], command: list[str]) -> str:
+        """``docker run --detach``: the container's id (``docker rm -f`` it, :meth:`remove`)."""
+        full = self._run_args(args, command)
+        return self.docker(full[0], "--detach", *full[1:]).stdout.strip()
+
+    def remove(self, container: str) -> None:
+        self.docker("rm", "-f", container, check=False)
+
     def run(self, args: list[str], command: list[str], timeout: float = 900) -> dict:
         """``docker run`` of ``command`` in a new container (removed after); {rc, seconds, stdout}."""
         t0 = time.perf_counter()
-        full = ["run", "--rm", "--network", "none", *self.binds(),
-                "-e", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "-e", "LANG=C.UTF-8",
-                "-e", "MPLBACKEND=Agg", "-e", "OMP_NUM_THREADS=1", *args, IMAGE, *command]
+        full = self._run_args(args, command)
         try:
             r = self.docker(*full, check=False, timeout=timeout)
             rc, out = r.returncode, r.stdout + r.stderr

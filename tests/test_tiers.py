@@ -15,6 +15,12 @@ hidden checks), a detached process that outlives its kernel and keeps rewriting 
 notebook and results.json, reading solutions/ and another student's upload, network access, a
 fork bomb and a memory hog. Every tier gives the same scores, flags and reasons; nothing of a
 sandbox is left running once the command ends; the autograded notebooks are nbgrader's.
+
+All the while a neighbour grades on the same machine (another container, as a platform runs
+several at once): the ``cohort`` command over one student whose kernel holds as many processes as
+its sandbox may start. The kernel counts a uid's processes across every container, so a sandbox
+uid shared by the two runs (before: 60000 + worker, in every run) would leave the tiers graded as
+root no process to start: CI saw every student but one get 0, "nbgrader could not grade it".
 ``python tests/test_tiers.py`` prints the README's table.
 """
 
@@ -103,6 +109,19 @@ for _try in (lambda: urllib.request.urlopen("http://example.com", timeout=5).rea
         print(_e)
 '''
 FREEZE = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)   # the kernel stops itself\n"
+HOLDER = """
+import os, time
+for _ in range(400):          # as many processes as the sandbox's limit lets it start, held
+    try:
+        _pid = os.fork()
+    except OSError:
+        break
+    if _pid == 0:
+        time.sleep(1200)
+        os._exit(0)
+time.sleep(1100)
+"""
+HELD = 250          # tasks (processes and threads) the neighbour's sandbox uid holds at least
 
 
 def cases() -> dict[str, nbformat.NotebookNode]:
@@ -165,10 +184,62 @@ def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 60) -> dict:
     return {"rows": rows, "run": run, "left": left, "course": out / "course"}
 
 
+def neighbour(daemon, tmp: Path) -> str:
+    """Another grading run on this machine, in a container of its own as root with Docker's
+    defaults: ``cohort`` over one student whose first answer cell starts processes until its
+    sandbox's limit refuses more, then holds them (the cell sleeps; cell timeout 1200 s). The
+    container's id."""
+    folder = tmp / "neighbour"
+    (folder / "in").mkdir(parents=True)
+    (folder / "out").mkdir()
+    nb = student_notebook(RELEASE, A, {next(iter(solution_cells(A))): HOLDER})
+    with zipfile.ZipFile(folder / "in" / "lms.zip", "w") as zf:
+        zf.writestr(f"neighbour_{A}.ipynb", nbformat.writes(nb))
+    script = (f"cd {REPO} && {sys.executable} -m awb_grader cohort /in/lms.zip --exercises 04 --workers 1 "
+              f"--course /out/course --timeout 1200 --no-feedback")
+    return daemon.start(["-v", f"{REPO}:{REPO}:ro", "-v", f"{folder / 'in'}:/in:ro", "-v", f"{folder / 'out'}:/out",
+                         "-e", "HOME=/tmp", "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"], ["bash", "-c", script])
+
+
+def held(daemon, container: str, wait: float = 240) -> tuple[int, int]:
+    """(uid, tasks): the most tasks one uid other than root runs in ``container``, once that is
+    at least HELD (or what it is after ``wait`` seconds)."""
+    import time
+
+    import psutil
+
+    pid = int(daemon.docker("inspect", "-f", "{{.State.Pid}}", container).stdout.strip() or 0)
+    best, deadline = (0, 0), time.time() + wait
+    while True:
+        count: dict[int, int] = {}
+        try:
+            for p in psutil.Process(pid).children(recursive=True):
+                try:
+                    uid = p.uids().real
+                    count[uid] = count.get(uid, 0) + p.num_threads()
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            break
+        best = max(((u, n) for u, n in count.items() if u != 0), key=lambda x: x[1], default=(0, 0))
+        if best[1] >= HELD or time.time() > deadline:
+            break
+        time.sleep(1)
+    return best
+
+
 @pytest.fixture(scope="module")
 def graded(docker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tiers")
-    got = {tier: grade_in_tier(docker, tmp, tier) for tier in TIERS}
+    other = neighbour(docker, tmp)
+    try:
+        hold = held(docker, other)
+        got = {tier: grade_in_tier(docker, tmp, tier) for tier in TIERS}
+        hold_after = held(docker, other, wait=0)
+    finally:
+        docker.remove(other)
+    for g in got.values():
+        g["neighbour"] = (hold, hold_after)
     print("\nthe cohort command in each tier (Docker), 11 notebooks, 2 workers:")
     for tier, g in got.items():
         print(f"  {tier:<22} {g['run']['seconds']:6.1f} s  rc {g['run']['rc']}")
@@ -191,7 +262,7 @@ def test_every_tier_grades_the_hostile_set(graded, tier):
     score = {s: float(r["score"]) for s, r in rows.items()}
     why = {s: " ".join(_reasons(r)) for s, r in rows.items()}
     flagged = {s for s, r in rows.items() if r["status"] == "flagged"}
-    assert score["honest"] == FULL and "honest" not in flagged and not why["honest"]
+    assert score["honest"] == FULL and "honest" not in flagged and not why["honest"], why
     assert 0 < score["mistake"] < FULL and "mistake" not in flagged
     assert "delegation" in flagged and "not the student's own work" in why["delegation"]
     assert score["tampering"] == 0 and "tampering:" in why["tampering"]
@@ -202,6 +273,13 @@ def test_every_tier_grades_the_hostile_set(graded, tier):
     assert "netty" in flagged and "network" in why["netty"] and score["netty"] == FULL
     assert "forker" in flagged and "too many processes" in why["forker"] and score["forker"] >= FULL - 1
     assert "hog" in flagged and "memory" in why["hog"]
+
+
+def test_the_neighbour_held_its_processes_all_along(graded):
+    """The neighbour really held a uid's process limit from before the first tier to after the
+    last: the tiers above were graded beside it (not after it gave up)."""
+    before, after = next(iter(graded.values()))["neighbour"]
+    assert before[1] >= HELD and after[1] >= HELD and before[0] == after[0], (before, after)
 
 
 @pytest.mark.parametrize("tier", list(TIERS))

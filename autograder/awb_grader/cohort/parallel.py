@@ -160,6 +160,8 @@ def grade_parallel(course: Course, tasks: list[Task], workers: int = 2, feedback
     from ..isolation import sandbox
 
     sockets = sandbox.short_socket_root()
+    if os.geteuid() == 0:
+        sandbox.run_uid_base(workers)      # the workers' sandbox uids: base + k, drawn for this run
     spec = CourseSpec(str(course.root), str(course.release_dir) if course.release_dir else None,
                       course.timeout, dict(course.extra), feedback, verdict, workers, str(sockets))
     ctx = mp.get_context("spawn")          # fresh interpreters: no inherited kernels, sockets or locks

@@ -10,7 +10,8 @@ ours (``awb-sandbox``) whose command is this module's launcher: it wraps ``ipyke
   hidden checks, which run only in the grader's process); the student's own
   working directory is the only writable place (plus a private ``/tmp``). ``solutions/``, the
   gradebook, the course root and other students' files are simply not there;
-* an **unprivileged user** (when the grader runs as root: uid ``60000 + worker``), so that
+* an **unprivileged user** (when the grader runs as root: a uid of its own per grading worker,
+  drawn at random for each grading run, :func:`draw_uids`), so that
 * **resource limits** (``prlimit``) hold: address space (memory), processes (fork bombs),
   CPU seconds, file size, no core dumps; and ``timeout -s KILL`` bounds the kernel's whole
   life (a notebook that ignores interrupts still ends).
@@ -118,14 +119,14 @@ def short_socket_root(base: str | None = None) -> Path:
 def worker_environment(worker: int, runtime_dir: Path, sockets: Path | None = None) -> dict:
     """Per grading worker: its own Jupyter runtime directory (connection files, the kernels'
     log) and its own folder for the kernel's Unix sockets (``sockets``, short: see
-    SUN_PATH_MAX; a kernel sees only its own), and its own sandbox uid (so one submission's fork
-    bomb does not eat another worker's process quota)."""
+    SUN_PATH_MAX; a kernel sees only its own), and its own sandbox uid, the run's base plus
+    ``worker`` (so one submission's fork bomb does not eat another worker's process quota)."""
     runtime_dir = Path(runtime_dir)
     runtime_dir.mkdir(parents=True, exist_ok=True)
     sockets = Path(sockets) if sockets is not None else runtime_dir
     sockets.mkdir(parents=True, exist_ok=True)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
-    os.environ["AWB_SANDBOX_UID"] = str(60000 + worker)
+    os.environ[UID_ENV] = str(run_uid_base() + worker)
     os.environ["AWB_PRIVATE_RUNTIME"] = str(sockets.resolve())
     os.environ["AWB_KERNEL_LOG"] = str(runtime_dir.resolve() / "kernel.log")
     # the kernel's sockets: a folder of this worker's that the sandbox binds (kernels of one
@@ -193,7 +194,83 @@ def limits_of(env: dict | None = None) -> dict:
             "life_s": int(env.get("AWB_SANDBOX_NOTEBOOK_S", "900")),
             "nproc": int(env.get("AWB_SANDBOX_NPROC", "256")),
             "fsize_mb": int(env.get("AWB_SANDBOX_FSIZE_MB", "256")),
-            "uid": int(env.get("AWB_SANDBOX_UID", "60000"))}
+            "uid": int(env.get(UID_ENV) or own_uid())}
+
+
+# -- the sandbox's uid (grading as root) ----------------------------------------------------------
+# The kernel counts a uid's processes and threads (RLIMIT_NPROC) across the whole machine, every
+# container of it included (Docker gives no container a user namespace of its own). With one fixed
+# uid, a fork bomb or a busy kernel of another grading run (another container of the platform, a
+# second array task on the node, a second instructor's command, another worker of the test suite)
+# used up this run's process limit: its kernels could not start, and every student it graded got 0
+# and "nbgrader could not grade it". Each run therefore draws its uids at random from a range no
+# account uses, so that runs on one machine practically never share one (2**30 uids to draw from).
+# An instructor with a reserved range sets its first uid in AWB_SANDBOX_UID_BASE.
+UID_ENV, UID_BASE_ENV = "AWB_SANDBOX_UID", "AWB_SANDBOX_UID_BASE"
+UID_RANGE = (2**30, 2**31 - 2**16)       # where the uid map allows (Docker's default: all 2**32)
+UID_RANGE_SMALL = (20_000, 65_534)       # inside a user namespace of 65,536 ids (rootless, k8s)
+
+
+def _mapped(kind: str) -> list[tuple[int, int]]:
+    """The ids this process's user namespace maps ([first, last] pairs, /proc/self/uid_map)."""
+    try:
+        rows = Path(f"/proc/self/{kind}_map").read_text().split("\n")
+    except OSError:
+        return [(0, 2**32 - 2)]
+    return [(int(r.split()[0]), int(r.split()[0]) + int(r.split()[2]) - 1) for r in rows if r.strip()]
+
+
+def _taken() -> set[int]:
+    """Ids an account, a group or a process here has: never a sandbox's."""
+    import grp
+    import pwd
+
+    import psutil
+
+    ids = {p.pw_uid for p in pwd.getpwall()} | {g.gr_gid for g in grp.getgrall()} | {65534, 65535}
+    for p in psutil.process_iter(["uids"]):
+        if p.info["uids"]:
+            ids.update(p.info["uids"])
+    return ids
+
+
+def draw_uids(n: int = 1) -> int:
+    """The first of ``n`` consecutive ids, drawn at random, that this machine's user namespace
+    maps (as uid and gid) and that no account, group or running process has."""
+    import random
+
+    pick = random.SystemRandom()
+    maps = [(max(a, c), min(b, d)) for a, b in _mapped("uid") for c, d in _mapped("gid")]
+    for low, high in (UID_RANGE, UID_RANGE_SMALL):
+        spans = [(max(a, low), min(b, high) - n + 1) for a, b in maps if min(b, high) - max(a, low) + 1 >= n]
+        if spans:
+            break
+    else:
+        raise RuntimeError(f"no {n} consecutive uids are mapped here for the sandbox (/proc/self/uid_map)")
+    taken = _taken()
+    for _ in range(1000):
+        first, last = pick.choice(spans)
+        base = pick.randint(first, last)
+        if not taken.intersection(range(base, base + n)):
+            return base
+    raise RuntimeError("no free uids for the sandbox: every draw was taken")
+
+
+def run_uid_base(n: int = 1) -> int:
+    """This grading run's first sandbox uid (worker ``k`` gets it plus ``k``): the instructor's
+    AWB_SANDBOX_UID_BASE, else drawn once (:func:`draw_uids`) and kept in the environment, which
+    the run's workers and kernels inherit."""
+    if not os.environ.get(UID_BASE_ENV):
+        os.environ[UID_BASE_ENV] = str(draw_uids(n))
+    return int(os.environ[UID_BASE_ENV])
+
+
+def own_uid() -> int:
+    """The sandbox uid of this process's kernels (AWB_SANDBOX_UID; a grading worker sets its own:
+    :func:`worker_environment`), the run's base where none is set."""
+    if not os.environ.get(UID_ENV):
+        os.environ[UID_ENV] = str(run_uid_base())
+    return int(os.environ[UID_ENV])
 
 
 def _readonly(cwd: str | None = None, extra: list[Path] = ()) -> list[Path]:
@@ -336,7 +413,7 @@ def launch(argv: list[str]) -> None:
     else:
         print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
     if os.geteuid() == 0 and os.environ.get("AWB_SANDBOX_MODE", "bwrap") in ("bwrap", "landlock"):
-        uid = int(os.environ.get("AWB_SANDBOX_UID", "60000"))
+        uid = limits_of()["uid"]
         prepare_run(cwd, [Path(conn).parent])        # the submission's own folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it

@@ -111,7 +111,7 @@ def probe_landlock() -> tuple[str | None, str]:
         outside = base / "outside.txt"
         outside.write_text("the sandbox must not read this")
         outside.chmod(0o644)
-        uid = 60000
+        uid = sandbox.draw_uids(1)
         env = dict(os.environ, AWB_SANDBOX_MODE="landlock", AWB_PRIVATE_RUNTIME=str(private),
                    AWB_SANDBOX_UID=str(uid))
         if os.geteuid() == 0:
@@ -131,7 +131,7 @@ def probe_landlock() -> tuple[str | None, str]:
     if os.geteuid() == 0 and who != str(uid):
         return f"Landlock tier: the probe ran as uid {who}, not the sandbox's", ""
     scopes = "signals and abstract sockets scoped" if abi >= 6 else "no signal scoping before ABI 6"
-    user = "a uid of its own (60000 + worker)" if os.geteuid() == 0 else f"the grader's uid {os.getuid()}"
+    user = "a uid of its own per worker" if os.geteuid() == 0 else f"the grader's uid {os.getuid()}"
     return None, f"Landlock ABI {abi}, seccomp, rlimits, {user}; {scopes}"
 
 
@@ -144,7 +144,7 @@ def detect() -> Tier:
     why: list[str] = []
     if force in ("", "bwrap"):
         if bwrap_works():
-            return Tier("bwrap", "namespaces, a uid of its own (60000 + worker)" if os.geteuid() == 0 else "namespaces")
+            return Tier("bwrap", "namespaces, a uid of its own per worker" if os.geteuid() == 0 else "namespaces")
         if _BWRAP_WHY is None:
             _BWRAP_WHY = bwrap_error() or "bubblewrap: its probe failed"
         why.append(_BWRAP_WHY)

@@ -7,7 +7,7 @@ import os
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool
 
-from ...isolation.sandbox import KERNEL_NAME, UNPROTECTED_NOTE, Refused
+from ...isolation.sandbox import KERNEL_NAME, UNPROTECTED_NOTE, Refused, own_uid
 from ...isolation.tiers import sandbox_mode
 from ..metadata import META
 
@@ -31,6 +31,8 @@ class SandboxGuard(NbGraderPreprocessor):
                 raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
             mode = sandbox_mode(self.unprotected)
             os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
+            if os.geteuid() == 0:
+                own_uid()               # the kernels' uid, drawn once for the run (kept in its environment)
             from ...isolation.provided import announce
 
             announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
