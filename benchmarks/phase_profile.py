@@ -299,7 +299,6 @@ def profile(work: Path, names: list[str], per_exercise: int = 1, say=print) -> t
     _wrap(Course, "autograde", "autograde", "autograde end")
     _wrap(Course, "generate_feedback", "feedback", "feedback end")
     parallel._init_worker(spec, ids)
-    parallel._preload()                       # as a worker has by its second notebook
     # the process's first-use costs (imports, templates, the bubblewrap probe) are not a notebook's:
     # one notebook of the first exercise is graded first, unrecorded
     first = tasks[0]

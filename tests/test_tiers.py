@@ -16,11 +16,13 @@ notebook and results.json, reading solutions/ and another student's upload, netw
 fork bomb and a memory hog. Every tier gives the same scores, flags and reasons; nothing of a
 sandbox is left running once the command ends; the autograded notebooks are nbgrader's.
 
-All the while a neighbour grades on the same machine (another container, as a platform runs
-several at once): the ``cohort`` command over one student whose kernel holds as many processes as
-its sandbox may start. The kernel counts a uid's processes across every container, so a sandbox
-uid shared by the two runs (before: 60000 + worker, in every run) would leave the tiers graded as
-root no process to start: CI saw every student but one get 0, "nbgrader could not grade it".
+All the while two neighbours grade on the same machine (other containers, as a platform or a
+cluster runs several at once), one as root and one as a restricted pod: the ``cohort`` command over
+one student whose kernel holds as many processes as its sandbox may start. The kernel counts a
+uid's processes across every container, so a sandbox uid shared with the root neighbour (before:
+60000 + worker, in every run) would leave the tiers graded as root no process to start (CI saw
+every student but one get 0, "nbgrader could not grade it"), and a process limit counted only
+over the processes a pod can see (before) would leave the restricted pod's sandbox none.
 ``python tests/test_tiers.py`` prints the README's table.
 """
 
@@ -184,21 +186,26 @@ def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 60) -> dict:
     return {"rows": rows, "run": run, "left": left, "course": out / "course"}
 
 
-def neighbour(daemon, tmp: Path) -> str:
-    """Another grading run on this machine, in a container of its own as root with Docker's
-    defaults: ``cohort`` over one student whose first answer cell starts processes until its
-    sandbox's limit refuses more, then holds them (the cell sleeps; cell timeout 1200 s). The
-    container's id."""
-    folder = tmp / "neighbour"
+NEIGHBOURS = ("landlock as root", "landlock as non-root")
+
+
+def neighbour(daemon, tmp: Path, tier: str) -> str:
+    """Another grading run on this machine, in a container of its own in ``tier``: ``cohort``
+    over one student whose first answer cell starts processes until its sandbox's limit refuses
+    more, then holds them (the cell sleeps; cell timeout 1200 s). The container's id."""
+    folder = tmp / f"neighbour {tier}".replace(" ", "-")
     (folder / "in").mkdir(parents=True)
     (folder / "out").mkdir()
+    if "--user" in TIERS[tier]:
+        os.chown(folder / "out", 1000, 1000)
     nb = student_notebook(RELEASE, A, {next(iter(solution_cells(A))): HOLDER})
     with zipfile.ZipFile(folder / "in" / "lms.zip", "w") as zf:
         zf.writestr(f"neighbour_{A}.ipynb", nbformat.writes(nb))
     script = (f"cd {REPO} && {sys.executable} -m awb_grader cohort /in/lms.zip --exercises 04 --workers 1 "
               f"--course /out/course --timeout 1200 --no-feedback")
-    return daemon.start(["-v", f"{REPO}:{REPO}:ro", "-v", f"{folder / 'in'}:/in:ro", "-v", f"{folder / 'out'}:/out",
-                         "-e", "HOME=/tmp", "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"], ["bash", "-c", script])
+    return daemon.start([*TIERS[tier], "-v", f"{REPO}:{REPO}:ro", "-v", f"{folder / 'in'}:/in:ro",
+                         "-v", f"{folder / 'out'}:/out", "-e", "HOME=/tmp",
+                         "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"], ["bash", "-c", script])
 
 
 def held(daemon, container: str, wait: float = 240) -> tuple[int, int]:
@@ -231,15 +238,16 @@ def held(daemon, container: str, wait: float = 240) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def graded(docker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tiers")
-    other = neighbour(docker, tmp)
+    others = {tier: neighbour(docker, tmp, tier) for tier in NEIGHBOURS}
     try:
-        hold = held(docker, other)
+        hold = {tier: held(docker, c) for tier, c in others.items()}
         got = {tier: grade_in_tier(docker, tmp, tier) for tier in TIERS}
-        hold_after = held(docker, other, wait=0)
+        hold = {tier: (hold[tier], held(docker, c, wait=0)) for tier, c in others.items()}
     finally:
-        docker.remove(other)
+        for c in others.values():
+            docker.remove(c)
     for g in got.values():
-        g["neighbour"] = (hold, hold_after)
+        g["neighbours"] = hold
     print("\nthe cohort command in each tier (Docker), 11 notebooks, 2 workers:")
     for tier, g in got.items():
         print(f"  {tier:<22} {g['run']['seconds']:6.1f} s  rc {g['run']['rc']}")
@@ -275,11 +283,13 @@ def test_every_tier_grades_the_hostile_set(graded, tier):
     assert "hog" in flagged and "memory" in why["hog"]
 
 
-def test_the_neighbour_held_its_processes_all_along(graded):
-    """The neighbour really held a uid's process limit from before the first tier to after the
-    last: the tiers above were graded beside it (not after it gave up)."""
-    before, after = next(iter(graded.values()))["neighbour"]
+@pytest.mark.parametrize("tier", NEIGHBOURS)
+def test_the_neighbours_held_their_processes_all_along(graded, tier):
+    """Each neighbour really held its uid's process limit from before the first tier to after
+    the last: the tiers above were graded beside them (not after they gave up)."""
+    before, after = next(iter(graded.values()))["neighbours"][tier]
     assert before[1] >= HELD and after[1] >= HELD and before[0] == after[0], (before, after)
+    assert (before[0] == 1000) == ("--user" in TIERS[tier]), before
 
 
 @pytest.mark.parametrize("tier", list(TIERS))

@@ -91,10 +91,11 @@ def _init_worker(spec: CourseSpec, ids) -> None:
 
         atexit.register(_end_now)            # registered last: runs first when the pool stops it
     # what the first autograde imports anyway (nbgrader, nbconvert, and PyTorch for the outside
-    # verdict), while the first notebook's kernel starts rather than after it
-    import threading
-
-    threading.Thread(target=_preload, name="awb-preload", daemon=True).start()
+    # verdict), here and not in a thread beside the first autograde: two threads importing at once
+    # can get a module half made (importlib's deadlock avoidance), and encodings.search_function
+    # then caches the miss for the process's life (seen once in the suite's full run: "LookupError:
+    # unknown encoding: utf-16le" in a worker, whose run kept a student's old grade over the regrade)
+    _preload()
 
 
 def _end_now() -> None:
@@ -114,7 +115,7 @@ def _end_now() -> None:
 
 def _preload() -> None:
     """What this worker's first autograde imports anyway (nbgrader, nbconvert; PyTorch and the
-    outside verdict's modules): while its first kernel starts, not after."""
+    outside verdict's modules), once, before it grades."""
     import nbconvert.exporters.html  # noqa: F401
     import nbgrader.apps
     import nbgrader.preprocessors  # noqa: F401

@@ -107,26 +107,64 @@ def restrict(rules: dict) -> int:
 
 
 # -- the command -------------------------------------------------------------------------------
-def tasks_of(uid: int) -> int:
-    """Processes and threads of ``uid`` now (what RLIMIT_NPROC counts)."""
+# How many tasks the kernel counts for this process's uid, found with the kernel's own rule: a
+# child whose RLIMIT_NPROC is L may fork only while its uid has fewer than L tasks (Linux:
+# copy_process). A binary search on L, in a small Python of its own (two processes of the uid,
+# itself and its child, left out of the count).
+_COUNT = """
+import os, resource
+hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+def may_fork(limit):
+    pid = os.fork()
+    if pid == 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, hard))
+        try:
+            kid = os.fork()
+        except OSError:
+            os._exit(1)
+        if kid == 0:
+            os._exit(0)
+        os.waitpid(kid, 0)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1] == 0
+low, high = 1, 1 << 22 if hard == resource.RLIM_INFINITY else hard
+if not may_fork(high):
+    print(-1)
+else:
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if may_fork(mid) else (mid + 1, high)
+    print(low - 3)
+"""
+
+
+def tasks_of_mine() -> int:
+    """The processes and threads the kernel counts for the grader's uid now (what RLIMIT_NPROC
+    counts): those of every container and pod of this machine that run as the same uid, which
+    this process cannot see (a restricted pod's uid is every pod's, 1000), not only its own."""
+    import subprocess
+    import sys
+
     import psutil
 
-    n = 0
-    for p in psutil.process_iter(["uids", "num_threads"]):
-        try:
-            if p.info["uids"] and p.info["uids"].real == uid:
-                n += p.info["num_threads"] or 1
-        except psutil.Error:
-            pass
-    return n
+    me = os.getuid()
+    seen = sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
+               if p.info["uids"] and p.info["uids"].real == me)
+    try:
+        r = subprocess.run([sys.executable, "-I", "-S", "-c", _COUNT], capture_output=True, text=True, timeout=30)
+        counted = int(r.stdout.split()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        counted = -1
+    return max(seen, counted)
 
 
 def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict, lim: dict, limits: list[str],
             readonly: list[Path], private: Path, system: list[str]) -> list[str]:
     """The Landlock tier's command line for ``program``: ``timeout``; as root ``setpriv`` to the
     sandbox's uid with no capabilities; ``prlimit`` (the process limit counts every process of
-    the uid: as root that uid is the sandbox's own; otherwise it is the grader's too, so the
-    sandbox gets ``nproc`` more than the uid runs now); :mod:`confine` with the Landlock rules
+    the uid: as root that uid is the sandbox's own; otherwise it is the grader's too, and every
+    pod's of the machine that runs as that uid, so the sandbox gets ``nproc`` more than the
+    kernel counts for the uid now: :func:`tasks_of_mine`); :mod:`confine` with the Landlock rules
     and the program's environment (``kenv``, its PYTHONPATH through the view)."""
     import json
     import sys
@@ -151,7 +189,7 @@ def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict,
                  read_files=[str(Path(p).resolve()) for p in course if not Path(p).is_dir()],
                  write=[str(Path(cwd).resolve()), *(str(Path(p).resolve()) for p in rw), str(tmp.resolve())])
     uid = lim["uid"]
-    nproc = lim["nproc"] if os.geteuid() == 0 else tasks_of(os.getuid()) + lim["nproc"]
+    nproc = lim["nproc"] if os.geteuid() == 0 else tasks_of_mine() + lim["nproc"]
     cmd = ["timeout", "-s", "KILL", str(lim["life_s"])]
     if os.geteuid() == 0:
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
