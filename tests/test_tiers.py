@@ -159,25 +159,32 @@ LEFT = ("import psutil, os\n"
         "print('LEFT', [' '.join(p.cmdline())[:80] for p in psutil.process_iter() if p.pid not in (1, me)])\n")
 
 
+def cohort_container(tier: str, notebooks: dict, inbox: Path, out: Path, workers: int,
+                     timeout: int) -> tuple[list[str], str]:
+    """(docker run arguments, bash script) of a container of ``tier`` that runs the cohort command
+    over ``notebooks`` ({student: notebook}, zipped into ``inbox`` once) with its course in
+    ``out``/course (``out`` made here, the tier's user's)."""
+    lms = inbox / "lms.zip"
+    if not lms.exists():
+        inbox.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(lms, "w") as zf:
+            for student, nb in notebooks.items():
+                zf.writestr(f"{student}_{A}.ipynb", nbformat.writes(nb))
+    out.mkdir(parents=True)
+    if "--user" in TIERS[tier]:
+        os.chown(out, 1000, 1000)
+    script = (f"cd {REPO} && {sys.executable} -m awb_grader cohort /in/lms.zip --exercises 04 --workers {workers} "
+              f"--course /out/course --timeout {timeout} --no-feedback")
+    return ([*TIERS[tier], "-v", f"{REPO}:{REPO}:ro", "-v", f"{inbox}:/in:ro", "-v", f"{out}:/out",
+             "-e", "HOME=/tmp", "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"], script)
+
+
 def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 60) -> dict:
     """The cohort command over the zip, in a container of ``tier``: {student: row of flags.csv},
     plus what was left running after it, the autograded notebooks and the container's output."""
-    lms = tmp / "in" / "lms.zip"
-    if not lms.exists():
-        lms.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(lms, "w") as zf:
-            for student, nb in cases().items():
-                zf.writestr(f"{student}_{A}.ipynb", nbformat.writes(nb))
     out = tmp / tier.replace(" ", "-")
-    out.mkdir()
-    if "--user" in TIERS[tier]:
-        os.chown(out, 1000, 1000)
-    script = (f"cd {REPO} && {sys.executable} -m awb_grader cohort /in/lms.zip --exercises 04 --workers 2 "
-              f"--course /out/course --timeout {timeout} --no-feedback; rc=$?; sleep 3; "
-              f"{sys.executable} -c \"{LEFT}\"; exit $rc")
-    run = daemon.run([*TIERS[tier], "-v", f"{REPO}:{REPO}:ro", "-v", f"{lms.parent}:/in:ro", "-v", f"{out}:/out",
-                      "-e", "HOME=/tmp", "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"],
-                     ["bash", "-c", script])
+    args, script = cohort_container(tier, cases(), tmp / "in", out, workers=2, timeout=timeout)
+    run = daemon.run(args, ["bash", "-c", f"{script}; rc=$?; sleep 3; {sys.executable} -c \"{LEFT}\"; exit $rc"])
     rows = {}
     if (out / "course" / "flags.csv").exists():
         with open(out / "course" / "flags.csv") as fh:
@@ -194,18 +201,9 @@ def neighbour(daemon, tmp: Path, tier: str) -> str:
     over one student whose first answer cell starts processes until its sandbox's limit refuses
     more, then holds them (the cell sleeps; cell timeout 1200 s). The container's id."""
     folder = tmp / f"neighbour {tier}".replace(" ", "-")
-    (folder / "in").mkdir(parents=True)
-    (folder / "out").mkdir()
-    if "--user" in TIERS[tier]:
-        os.chown(folder / "out", 1000, 1000)
     nb = student_notebook(RELEASE, A, {next(iter(solution_cells(A))): HOLDER})
-    with zipfile.ZipFile(folder / "in" / "lms.zip", "w") as zf:
-        zf.writestr(f"neighbour_{A}.ipynb", nbformat.writes(nb))
-    script = (f"cd {REPO} && {sys.executable} -m awb_grader cohort /in/lms.zip --exercises 04 --workers 1 "
-              f"--course /out/course --timeout 1200 --no-feedback")
-    return daemon.start([*TIERS[tier], "-v", f"{REPO}:{REPO}:ro", "-v", f"{folder / 'in'}:/in:ro",
-                         "-v", f"{folder / 'out'}:/out", "-e", "HOME=/tmp",
-                         "-e", f"PYTHONPATH={REPO / 'autograder'}:{REPO}"], ["bash", "-c", script])
+    args, script = cohort_container(tier, {"neighbour": nb}, folder / "in", folder / "out", workers=1, timeout=1200)
+    return daemon.start(args, ["bash", "-c", script])
 
 
 def held(daemon, container: str, wait: float = 240) -> tuple[int, int]:
