@@ -25,8 +25,7 @@ def test_hidden_only_failure_feedback(tmp_path):
     # right on every visible case (d <= 8 there), wrong on the hidden checks' larger random widths:
     # every catalogued mistake now fails a visible check, so this one is written for the test
     src = edit(A, "scaled_dot_product_attention", ("/ math.sqrt(d)", "/ math.sqrt(min(d, 8))"))
-    graded = grade_variants(A, {"student": {"scaled_dot_product_attention": src}}, tmp_path, timeout=60,
-                            hidden_outside=True)
+    graded = grade_variants(A, {"student": {"scaled_dot_product_attention": src}}, tmp_path, timeout=60)
     lost = {c for c, s in graded.scores["student"].items() if s < graded.max_scores[c]}
     assert lost == {"test_sdpa_values", "test_sdpa_causal", "test_sdpa_padding"}, lost
     nb = graded.autograded("student", A)

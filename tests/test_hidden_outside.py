@@ -1,20 +1,18 @@
-"""The course's own trusted notebooks (the catalog tests) run their hidden checks in the kernel
-(``HoldOutHiddenTests.trusted_in_kernel``); a student's upload runs them only outside its
-process, through the replay and proxies (``verdict.recheck``). Both must give the same verdicts
-on the catalog. Where they could differ:
+"""The hidden checks of a student's upload run only outside its process, through the replay and
+proxies (``verdict.recheck``); the in-process check tests (``tests/nbrun.py``, ``tests/test_checks.py``)
+run them on the real objects. Both must give the same verdicts on the catalog. Where they could
+differ:
 
 * a catalogued mistake's cells: the visible part alone fails each of them, so the kernel decides
   and the hidden check never matters, except for the pairs ``test_checks.HIDDEN_DECIDES`` lists
   (``tests/test_checks.py`` shows that, in-process);
-* the correct alternatives: the catalog tests give each full marks in the kernel; those of 04-09
-  are graded through the outside path too, in the sandboxed cohort of ``tests/test_shortcuts.py``,
-  and every reference solution in ``tests/test_adversarial.py``.
+* the correct alternatives: the catalog tests grade each through nbgrader, the outside path
+  included (``tests/test_catalog.py``), and every reference solution in ``tests/test_adversarial.py``.
 
 So this test compares the two ways, cell by cell, for the rest: every alternative of 00-03 and
-every mistake ``HIDDEN_DECIDES`` lists. In the kernel's way: the test cell (visible and hidden
-parts) run on the real objects (``tests/nbrun.py``: what the trusted kernel runs); outside: the
-visible part there, the hidden part through ``verdict.check_solution`` (the replay, unsandboxed
-here: the code is the course's own).
+every mistake ``HIDDEN_DECIDES`` lists. In-process: the test cell (visible and hidden parts) run on
+the real objects (``tests/nbrun.py``); outside: the visible part there, the hidden part through
+``verdict.check_solution`` (the replay, unsandboxed here: the code is the course's own).
 """
 
 import pytest
@@ -38,7 +36,7 @@ def test_hidden_checks_give_the_same_verdicts_in_the_kernel_and_outside(assignme
     tests = list(nbrun.tests(assignment))
     visible = {t: r.message is None for t, r in nbrun.run_tests(assignment, ns, tests, "visible").items()}
     earned = [t for t in tests if visible[t]]
-    # the trusted kernel runs a test cell whole: the hidden part after the visible one passed
+    # in-process: a test cell whole, the hidden part after the visible one passed
     local = {t: r.message is None for t, r in nbrun.run_tests(assignment, ns, earned, "hidden").items()}
     in_kernel = {t: visible[t] and local[t] for t in tests}
     outside = check_solution(assignment, tmp_path, overrides=cells, cells=earned)
@@ -88,13 +86,6 @@ def test_the_kernel_gets_the_visible_checks_only_and_the_verdict_puts_the_cells_
         assert c.source.strip() and c.source.strip() in before[c.metadata.nbgrader.grade_id]
     assert answer.source == mine                                  # an answer cell is left as written
     assert holdout.held_tests(resources) == before
-    # the course's own trusted notebooks keep them in the kernel
-    from traitlets.config import Config
-
-    cfg = Config()
-    cfg.SandboxGuard.trusted_code = True
-    trusted, res = holdout.HoldOutHiddenTests(config=cfg).preprocess(_solution_notebook(), {})
-    assert holdout.held_tests(res) is None and all("BEGIN HIDDEN" in c.source for c in _tests_of(trusted))
 
 
 SECRET = "hidden test: attention weights differs from the reference; case: q (3, 5, 17), rng(401)"

@@ -12,8 +12,7 @@ from awb_grader.core.course import EXERCISES, Course
 from awb_grader.cohort.parallel import Task, grade_parallel
 from awb_grader.devtools.compare import gradebook_dump
 from awb_grader.cohort.pipeline import grade_submissions
-from awb_grader.devtools.variants import student_notebook
-from awb_grader.devtools.warm import warm_kernels
+from awb_grader.devtools.variants import own_settings, student_notebook
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
@@ -42,22 +41,21 @@ def test_parallel_shards_give_the_sequential_gradebook_and_csv(tmp_path):
     again = tmp_path / "in" / "dev2.ipynb"                 # dev resubmits a corrected notebook
     nbformat.write(student_notebook(RELEASE, A), again)
 
-    # warm kernels for both (forked from one zygote of this process, which the shard workers
-    # inherit; they grade as new kernels do: tests/test_warm.py)
-    with warm_kernels() as extra:
-        seq = Course(tmp_path / "seq", release_dir=tmp_path / "seq" / "release", extra=dict(extra))
-        seq.generate_assignment(A)
-        rows_seq = grade_submissions(seq, A, files, feedback=False, progress=False)
-        grade_submissions(seq, A, {"dev": again}, feedback=False, progress=False)
-        seq.export_csv(tmp_path / "seq.csv")
+    # both graded as a student's upload is: each kernel and replay forked from a zygote (the
+    # sequential run's in this process, each shard worker's its own)
+    seq = Course(tmp_path / "seq", release_dir=tmp_path / "seq" / "release", extra=own_settings())
+    seq.generate_assignment(A)
+    rows_seq = grade_submissions(seq, A, files, feedback=False, progress=False)
+    grade_submissions(seq, A, {"dev": again}, feedback=False, progress=False)
+    seq.export_csv(tmp_path / "seq.csv")
 
-        par = Course(tmp_path / "par", release_dir=tmp_path / "par" / "release", extra=dict(extra))
-        par.generate_assignment(A)
-        res = grade_parallel(par, [Task(A, s, str(p)) for s, p in files.items()], workers=2,
-                             feedback=False, verdict=False, progress=False)
-        assert {r.worker for r in res} == {0, 1}, "both workers graded"
-        grade_parallel(par, [Task(A, "dev", str(again))], workers=2, feedback=False, verdict=False,
-                       progress=False)
+    par = Course(tmp_path / "par", release_dir=tmp_path / "par" / "release", extra=own_settings())
+    par.generate_assignment(A)
+    res = grade_parallel(par, [Task(A, s, str(p)) for s, p in files.items()], workers=2,
+                         feedback=False, progress=False)
+    assert {r.worker for r in res} == {0, 1}, "both workers graded"
+    grade_parallel(par, [Task(A, "dev", str(again))], workers=2, feedback=False,
+                   progress=False)
     par.export_csv(tmp_path / "par.csv")
 
     assert [(r.student, r.score, r.status) for r in res] == \

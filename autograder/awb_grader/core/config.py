@@ -14,8 +14,8 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
 
   - ``SandboxGuard`` first: it refuses to grade when bubblewrap cannot run here, unless
     the instructor said the grades need not be protected (``--SandboxGuard.unprotected=True``,
-    ``cohort --unprotected`` or ``AWB_UNPROTECTED=1``); the test suite's own notebooks
-    (trusted code, no sandbox) say ``SandboxGuard.trusted_code=True``;
+    ``cohort --unprotected`` or ``AWB_UNPROTECTED=1``); it starts this process's zygote
+    (``isolation/zygote.py``), from which every kernel and replay is forked;
   - ``HoldOutHiddenTests`` before the execution: every test cell's hidden block is taken out,
     so the student's kernel runs only the visible checks (and never sees the hidden checks'
     code, seeds or oracles);

@@ -22,8 +22,7 @@ from .. import catalog
 from ..cohort.pipeline import grade_submissions, table, write_flags
 from ..core.course import REPO, Course
 from ..core.metadata import cell_meta
-from .variants import student_notebook
-from .warm import warm_kernels
+from .variants import own_settings, student_notebook
 
 ASSIGNMENT = "04_queries_keys_values"
 DEMO_ROOT = REPO / "build" / "demo"
@@ -89,17 +88,15 @@ def run(root: Path = DEMO_ROOT, quiet: bool = False) -> list:
     if root.exists():
         shutil.rmtree(root)
     say = (lambda *a: None) if quiet else print
-    # warm kernels: each forked from a process that has PyTorch imported (warm.py; they grade as
-    # new kernels do, tests/test_warm.py)
-    with warm_kernels() as extra:
-        course = Course(root, release_dir=root / "release", timeout=DEMO_TIMEOUT, extra=dict(extra))
-        say(f"1/5 release: nbgrader generate_assignment {ASSIGNMENT}")
-        course.generate_assignment(ASSIGNMENT)
-        release_nb = course.release_root / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        say("2/5 cohort: writing 10 demo submissions from the release")
-        subs = build_cohort(release_nb, root / "downloaded")
-        say("3/5 check, repair and autograde each submission (nbgrader autograde), then feedback")
-        rows = grade_submissions(course, ASSIGNMENT, subs, progress=not quiet)
+    # graded as a student's upload is (the isolation tier's zygote; unprotected only where no tier runs)
+    course = Course(root, release_dir=root / "release", timeout=DEMO_TIMEOUT, extra=own_settings())
+    say(f"1/5 release: nbgrader generate_assignment {ASSIGNMENT}")
+    course.generate_assignment(ASSIGNMENT)
+    release_nb = course.release_root / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    say("2/5 cohort: writing 10 demo submissions from the release")
+    subs = build_cohort(release_nb, root / "downloaded")
+    say("3/5 check, repair and autograde each submission (nbgrader autograde), then feedback")
+    rows = grade_submissions(course, ASSIGNMENT, subs, progress=not quiet)
     say("4/5 export: nbgrader's CSV export plugin")
     course.export_csv(root / "grades.csv")
     write_flags(rows, root / "flags.csv")

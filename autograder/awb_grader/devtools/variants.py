@@ -8,7 +8,6 @@ catalog tests, the alternatives tests and the demo cohort all go through here.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ import nbformat
 
 from ..core.course import SOLUTIONS, Course, ensure_kernel_path, solution_cells
 from ..core.metadata import cell_meta
-from .warm import warm_kernels
 
 _ALL_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 
@@ -55,8 +53,14 @@ def student_notebook(release_nb: Path, assignment: str, overrides: dict[str, str
     return nb
 
 
-# the course's own notebooks in nbgrader's default kernel: unsandboxed, hidden checks in the kernel
-TRUSTED_NEW_KERNEL = {"Execute.kernel_name": "python3", "SandboxGuard.trusted_code": True}
+def own_settings() -> dict:
+    """nbgrader settings for grading the course's own notebooks (the catalog, the demo, the suite):
+    the path a student's upload takes (the isolation tier's zygote, hidden checks only outside the
+    kernel). Where no isolation tier can run here, the same path with resource limits only: the
+    notebooks are the course's own, and every grade says it is not protected."""
+    from ..isolation import tiers
+
+    return {} if tiers.protected() else {"SandboxGuard.unprotected": True}
 
 
 @dataclass
@@ -78,33 +82,28 @@ class Graded:
 
 
 def grade_variants(assignment: str, variants: dict[str, dict[str, str]], root: Path | None = None,
-                   timeout: int | None = None, files: dict[str, Path] | None = None,
-                   warm: bool = True, hidden_outside: bool = False) -> Graded:
+                   timeout: int | None = None, files: dict[str, Path] | None = None) -> Graded:
     """Autograde one submission per entry of ``variants`` ({student: {grade_id: code}}) and
-    per entry of ``files`` ({student: notebook to submit as it is}). ``warm``: nbgrader starts
-    each notebook's kernel by forking a process that has PyTorch imported (``warm.py``), not a
-    new Python (trusted code: no sandbox). The hidden checks run in the kernel (trusted code),
-    or, with ``hidden_outside``, only outside it, through the replay, as a student's do (here
-    unsandboxed: ``HoldOutHiddenTests.trusted_in_kernel``)."""
+    per entry of ``files`` ({student: notebook to submit as it is}), the way a student's upload
+    is graded (:func:`own_settings`): each kernel and replay a child of this process's zygote, in
+    the isolation tier that runs here, the hidden checks only outside the kernel."""
     root = Path(root or tempfile.mkdtemp(prefix=f"awb-{assignment}-"))
-    with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
-        extra = {**extra, **({"HoldOutHiddenTests.trusted_in_kernel": False} if hidden_outside else {})}
-        course = Course(root, release_dir=root / "release", timeout=timeout, extra=dict(extra))
-        course.generate_assignment(assignment)
-        release_nb = course.release_root / assignment / f"{assignment}.ipynb"
-        with tempfile.TemporaryDirectory() as tmp:
-            for student, overrides in variants.items():
-                p = Path(tmp) / f"{student}.ipynb"
-                nbformat.write(student_notebook(release_nb, assignment, overrides), p)
-                course.submit(student, assignment, p)
-        for student, path in (files or {}).items():
-            course.submit(student, assignment, path)
-        scores = {}
-        for student in [*variants, *(files or {})]:
-            res = course.autograde(assignment, student)
-            if not res["success"]:
-                raise RuntimeError(f"autograde of {student} failed: {res.get('error')}\n{res.get('log')}")
-            scores[student] = course.scores(assignment, student)
+    course = Course(root, release_dir=root / "release", timeout=timeout, extra=own_settings())
+    course.generate_assignment(assignment)
+    release_nb = course.release_root / assignment / f"{assignment}.ipynb"
+    with tempfile.TemporaryDirectory() as tmp:
+        for student, overrides in variants.items():
+            p = Path(tmp) / f"{student}.ipynb"
+            nbformat.write(student_notebook(release_nb, assignment, overrides), p)
+            course.submit(student, assignment, p)
+    for student, path in (files or {}).items():
+        course.submit(student, assignment, path)
+    scores = {}
+    for student in [*variants, *(files or {})]:
+        res = course.autograde(assignment, student)
+        if not res["success"]:
+            raise RuntimeError(f"autograde of {student} failed: {res.get('error')}\n{res.get('log')}")
+        scores[student] = course.scores(assignment, student)
     return Graded(scores, course.max_scores(assignment), course)
 
 

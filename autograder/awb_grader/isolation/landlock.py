@@ -78,16 +78,20 @@ def spec(read: list[str], read_files: list[str], write: list[str]) -> dict:
     return {"read": sorted(set(read)), "read_files": sorted(set(read_files)), "write": sorted(set(write))}
 
 
-def restrict(rules: dict) -> int:
-    """Enforce ``rules`` (:func:`spec`) on this process and all it will start; returns the ABI."""
+def ruleset(rules: dict):
+    """The Landlock ruleset of ``rules`` (:func:`spec`), built but not enforced: every path is
+    opened now, by this process as it is (the grader's uid: it may reach an interpreter that the
+    sandbox's uid will not), and enforced later by ``.restrict()``."""
     from landlockpy import AccessFS, AccessNet, Ruleset, Scope
 
     read_dir = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.EXECUTE
     read_file = AccessFS.READ_FILE | AccessFS.EXECUTE
     everything = ~AccessFS(0)
-    with Ruleset(handled_fs=everything, handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP
+    rs = Ruleset(handled_fs=everything, handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP
                  | AccessNet.BIND_UDP | AccessNet.CONNECT_SEND_UDP,
-                 scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET) as rs:
+                 scoped=Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET)
+    rs.__enter__()
+    try:
         for p in [*rules["read"], "/proc"]:
             if os.path.exists(p):
                 rs.allow_path(p, read_dir if os.path.isdir(p) else read_file)
@@ -102,8 +106,20 @@ def restrict(rules: dict) -> int:
                 rs.allow_path(p, AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE | AccessFS.IOCTL_DEV)
         for p in rules["write"]:
             rs.allow_path(p, everything)
+    except BaseException:
+        rs.close()
+        raise
+    return rs
+
+
+def restrict(rules: dict) -> int:
+    """Enforce ``rules`` (:func:`spec`) on this process and all it will start; returns the ABI."""
+    rs = ruleset(rules)
+    try:
         rs.restrict()
         return rs.abi_version
+    finally:
+        rs.close()
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -158,18 +174,13 @@ def tasks_of_mine() -> int:
     return max(seen, counted)
 
 
-def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict, lim: dict, limits: list[str],
-            readonly: list[Path], private: Path, system: list[str]) -> list[str]:
-    """The Landlock tier's command line for ``program``: ``timeout``; as root ``setpriv`` to the
-    sandbox's uid with no capabilities; ``prlimit`` (the process limit counts every process of
-    the uid: as root that uid is the sandbox's own; otherwise it is the grader's too, and every
-    pod's of the machine that runs as that uid, so the sandbox gets ``nproc`` more than the
-    kernel counts for the uid now: :func:`tasks_of_mine`); :mod:`confine` with the Landlock rules
-    and the program's environment (``kenv``, its PYTHONPATH through the view)."""
-    import json
-    import sys
-
-    from ..core.course import AUTOGRADER, REPO
+def confinement(cwd: str, rw: list[Path], kenv: dict, readonly: list[Path], private: Path,
+                system: list[str]) -> tuple[dict, dict]:
+    """(Landlock rules, environment) of a sandboxed program: the system and ``readonly`` readable,
+    the helper package through a view (a folder of links to exactly the provided files, first on
+    its ``PYTHONPATH``), ``cwd``, ``rw`` and its private temporary folder writable; its HOME and
+    temporary folder in that private folder."""
+    from ..core.course import REPO
 
     tmp = private / "sock" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -188,13 +199,33 @@ def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict,
                        *(str(Path(p).resolve()) for p in course if Path(p).is_dir())],
                  read_files=[str(Path(p).resolve()) for p in course if not Path(p).is_dir()],
                  write=[str(Path(cwd).resolve()), *(str(Path(p).resolve()) for p in rw), str(tmp.resolve())])
+    return rules, kenv
+
+
+def nproc_limit(lim: dict) -> int:
+    """The sandbox's process limit: its own ``nproc`` as root (its uid is its own); otherwise
+    ``nproc`` more than the kernel counts for the shared uid now (:func:`tasks_of_mine`)."""
+    return lim["nproc"] if os.geteuid() == 0 else tasks_of_mine() + lim["nproc"]
+
+
+def command(program: list[str], cwd: str, rw: list[Path], env: dict, kenv: dict, lim: dict, limits: list[str],
+            readonly: list[Path], private: Path, system: list[str]) -> list[str]:
+    """The Landlock tier's command line for ``program`` (the cold path, where no zygote serves):
+    ``timeout``; as root ``setpriv`` to the sandbox's uid with no capabilities; ``prlimit`` (the
+    process limit: :func:`nproc_limit`); :mod:`confine` with the Landlock rules and the program's
+    environment (:func:`confinement`)."""
+    import json
+    import sys
+
+    from ..core.course import AUTOGRADER
+
+    rules, kenv = confinement(cwd, rw, kenv, readonly, private, system)
     uid = lim["uid"]
-    nproc = lim["nproc"] if os.geteuid() == 0 else tasks_of_mine() + lim["nproc"]
     cmd = ["timeout", "-s", "KILL", str(lim["life_s"])]
     if os.geteuid() == 0:
         cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs"]
-    cmd += [*limits, f"--nproc={nproc}", "env", "-i", f"PATH={env.get('PATH', os.defpath)}",
+    cmd += [*limits, f"--nproc={nproc_limit(lim)}", "env", "-i", f"PATH={env.get('PATH', os.defpath)}",
             f"PYTHONPATH={AUTOGRADER}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
             sys.executable, "-m", "awb_grader.isolation.confine",
             json.dumps({"rules": rules, "env": kenv}, separators=(",", ":")), "--", *program]

@@ -181,7 +181,8 @@ def kernel_env(env: dict | None = None) -> dict:
     kenv = {k: v for k, v in env.items()
             if k in ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                      "NBGRADER_EXECUTION", "PYTHONHASHSEED", "AWB_SMOKE", "TORCH_NUM_THREADS")
-            or (k.startswith("AWB_") and not k.startswith(("AWB_DB", "AWB_SANDBOX", "AWB_COURSE", "AWB_PROVIDED")))}
+            or (k.startswith("AWB_") and not k.startswith(("AWB_DB", "AWB_SANDBOX", "AWB_COURSE", "AWB_PROVIDED",
+                                                            "AWB_ZYGOTE")))}
     kenv.update({"HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl", "IPYTHONDIR": "/tmp/ipython",
                  "PYTHONDONTWRITEBYTECODE": "1"})
     return kenv
@@ -351,17 +352,22 @@ def _private_runtime() -> Path:
     return folder
 
 
-def prepare_run(cwd: str, rw: list[Path] = (), env: dict | None = None) -> None:
-    """Before a sandbox of the Landlock tier starts as root: nothing of an earlier one of this
-    uid is left running, and its folders (``cwd``, ``rw`` and its private temporary folder)
-    belong to its uid (bubblewrap's tier: ``cwd`` only; the rest is its own)."""
+def prepare_run(cwd: str, rw: list[Path] = (), env: dict | None = None, warm: bool = False) -> None:
+    """Before a sandbox starts as root: nothing of an earlier one of this uid is left running,
+    and its folders (``cwd``, ``rw`` and its private temporary folder, emptied) belong to its uid.
+    Bubblewrap's cold path: ``cwd`` only (the rest is its own); a zygote's child (``warm``) in either
+    tier: all of it, as the Landlock tier's. Not as root: the private temporary folder is emptied."""
     env = os.environ if env is None else env
+    mode = env.get("AWB_SANDBOX_MODE", "bwrap")
+    if mode in ("bwrap", "landlock") and (warm or mode == "landlock"):
+        private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+        _empty_folder(private / "sock" / "tmp")       # nothing one submission left there reaches the next
     if os.geteuid() != 0:
         return
-    mode, uid = env.get("AWB_SANDBOX_MODE", "bwrap"), limits_of(env)["uid"]
-    if mode == "bwrap":
+    uid = limits_of(env)["uid"]
+    if mode == "bwrap" and not warm:
         chown_tree(Path(cwd), uid)
-    elif mode == "landlock":
+    elif mode in ("bwrap", "landlock"):
         from . import landlock
 
         private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
@@ -414,7 +420,7 @@ def launch(argv: list[str]) -> None:
         print("awb sandbox: AWB_PRIVATE_RUNTIME not set; binding the connection file's folder", file=sys.stderr)
     if os.geteuid() == 0 and os.environ.get("AWB_SANDBOX_MODE", "bwrap") in ("bwrap", "landlock"):
         uid = limits_of()["uid"]
-        prepare_run(cwd, [Path(conn).parent])        # the submission's own folder: writable
+        prepare_run(cwd, [Path(conn).parent], warm=bool(os.environ.get(zygote_env())))   # its folder: writable
         os.chown(conn, uid, uid)                     # the kernel must read its connection file
         os.chown(Path(conn).parent, uid, uid)        # and create its sockets next to it
     if private:
@@ -424,8 +430,136 @@ def launch(argv: list[str]) -> None:
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
+    if os.environ.get(zygote_env()):
+        why = _warm_kernel(conn, cwd)          # returns only when the zygote could not start it
+        print(f"awb sandbox: a new kernel instead of the zygote's: {why}", file=sys.stderr, flush=True)
+    blocked = cold_blocked()
+    if blocked:
+        sys.exit(f"awb sandbox: no kernel can start: {blocked}")
     cmd = kernel_command(conn, cwd)
     os.execvp(cmd[0], cmd)
+
+
+def zygote_env() -> str:
+    from .zygote import SOCKET_ENV
+
+    return SOCKET_ENV
+
+
+def _warm_kernel(conn: str, cwd: str) -> str:
+    """Ask this grading process's zygote for the kernel (its plan: :func:`child_plan`); on success
+    this launcher stands in for it and never returns; otherwise returns why not."""
+    from . import zygote
+
+    path, token = os.environ.get(zygote.SOCKET_ENV, ""), os.environ.get(zygote.TOKEN_ENV, "")
+    try:
+        plan, env = child_plan(cwd, rw=[Path(conn).parent])
+        child = zygote.Child.start(path, token, "kernel", ["-f", conn], cwd, _with_added(env), plan, [0, 1, 2])
+    except (zygote.Refused, OSError, RuntimeError, ValueError) as e:
+        return str(e)
+    zygote.stand_in(child)
+    return "the kernel's stand-in returned"
+
+
+def _with_added(env: dict) -> dict:
+    """What the zygote's preload decided (Triton's interpreter), as its owner recorded it."""
+    import json
+
+    return {**env, **json.loads(os.environ.get("AWB_ZYGOTE_ADDED") or "{}")}
+
+
+# -- the zygote's children (isolation/zygote.py) ---------------------------------------------------
+def child_plan(cwd: str, rw: list[Path] = (), ro: list[Path] = (), env: dict | None = None) -> tuple[dict, dict]:
+    """(plan, environment) of a zygote's child running in ``cwd``: what ``confine.enter`` applies to
+    it before the student's first line, for this run's tier (``AWB_SANDBOX_MODE``):
+
+    * ``bwrap`` (the zygote in its bubblewrap sandbox) and ``landlock``: as root a uid of its own,
+      resource limits (memory, CPU, file size, no core, processes), Landlock (``cwd``, ``rw`` and
+      its private temporary folder writable; the system, Python and what the exercise provides,
+      plus ``ro``, readable), the seccomp filter;
+    * ``limits`` (grades said to be unprotected): the resource limits only;
+    * anything else (no grading run configured: a test's own replay): nothing."""
+    env = dict(os.environ if env is None else env)
+    mode = env.get("AWB_SANDBOX_MODE", "off")
+    if mode not in ("bwrap", "landlock", "limits"):
+        return {}, {k: v for k, v in env.items() if not k.startswith("AWB_ZYGOTE")}
+    lim = limits_of(env)
+    kenv = kernel_env(env)
+    rlimits = {"AS": lim["memory_mb"] * 2**20, "CPU": lim["life_s"], "FSIZE": lim["fsize_mb"] * 2**20, "CORE": 0}
+    plan: dict = {"rlimits": rlimits, "life_s": lim["life_s"]}
+    if mode == "limits":
+        return plan, kenv
+    from . import landlock
+
+    private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+    rules, kenv = landlock.confinement(cwd, list(map(Path, rw)), kenv, _readonly(cwd, list(ro)), private,
+                                       landlock.system_paths(_ETC))
+    rlimits["NPROC"] = landlock.nproc_limit(lim)
+    plan.update(landlock=rules, seccomp=True, uid=lim["uid"] if os.geteuid() == 0 else None)
+    return plan, kenv
+
+
+def cold_blocked(env: dict | None = None) -> str | None:
+    """Why a new process cannot start as the sandbox's uid here (None: it can). In the Landlock tier
+    as root the sandbox's uid must reach the interpreter's files, which it cannot where Python lies
+    under a folder closed to other users (pyenv or conda in a 0700 ``/root``): a zygote's child
+    opens that folder before its uid changes (``confine.open_unreachable``) and is not concerned; a
+    new process is. (Bubblewrap binds the interpreter into a folder of its own.)"""
+    env = os.environ if env is None else env
+    if env.get("AWB_SANDBOX_MODE") != "landlock" or os.geteuid() != 0:
+        return None
+    from .confine import unreachable
+
+    uid = limits_of(env)["uid"]
+    for path in dict.fromkeys([os.path.realpath(sys.executable), sys.prefix, sys.base_prefix]):
+        top = unreachable(path, uid)
+        if top:
+            return (f"the sandbox's uid cannot reach {path}: {Path(top).parent} is closed to other users "
+                    f"(use a Python outside it, or bubblewrap)")
+    return None
+
+
+def zygote_for(cwd, env: dict | None = None):
+    """This process's zygote (``zygote.ensure``), ready to serve a child in ``cwd``: started (again)
+    where none runs, it died, or the tier, the grading folder it binds (bubblewrap tier: the folder
+    above ``cwd``, ``autograded/`` for ``autograded/<student>/<exercise>``) or a variable read at
+    start changed. None where no zygote serves the tier (``zygote.cold_reason``): each kernel and
+    replay then starts as a new process."""
+    from . import zygote
+
+    env = dict(os.environ if env is None else env)
+    mode = env.get("AWB_SANDBOX_MODE", "off")
+    if zygote.cold_reason(mode):
+        return None
+    _plan, child_env = child_plan(str(cwd), env=env)
+    root = None
+    if mode == "bwrap":
+        here = Path(cwd).resolve()
+        root = zygote.current_root()
+        if root is None or not here.is_relative_to(root):
+            root = str(next((up for up in (here.parent.parent, here.parent, here) if len(up.parts) > 2
+                             and str(up) not in ("/tmp", "/var/tmp", "/home", "/root", "/work")), here))
+    private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+    return zygote.ensure(mode, root, child_env, private / "zygote",
+                         zygote_wrapper(Path(root), env) if mode == "bwrap" else [])
+
+
+def zygote_wrapper(root: Path, env: dict | None = None) -> list[str]:
+    """The bubblewrap tier's sandbox for a zygote: its own network (none), PID, IPC and UTS
+    namespaces; the system, Python, the helper package and the zygote's own modules read-only;
+    ``root`` (the grading folders its kernels run in) and this process's private folder
+    (sockets, views, temporary folders) writable; as root it keeps only what it needs to give
+    each child a uid of its own (CAP_SETUID, CAP_SETGID) and to end them (CAP_KILL)."""
+    env = os.environ if env is None else env
+    private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
+    grader = AUTOGRADER / "awb_grader"
+    ro = [Path(sys.prefix), Path(sys.base_prefix), REPO / "attention_workbook", grader / "__init__.py",
+          grader / "isolation", *REPLAY_FILES]
+    ro = [p for p in dict.fromkeys(ro) if p.exists() and not str(p).startswith("/usr")]
+    cmd = _bwrap(str(private), ro, [Path(root), private])
+    if os.geteuid() == 0:
+        cmd += ["--cap-add", "CAP_SETUID,CAP_SETGID,CAP_KILL"]
+    return cmd
 
 
 REPLAY = [sys.executable, "-m", "awb_grader.replay"]

@@ -118,9 +118,23 @@ def probe_landlock() -> tuple[str | None, str]:
             for folder in (work, private / "sock"):
                 sandbox.chown_tree(folder, uid)
             base.chmod(0o711)
-        cmd = sandbox.sandbox_command([sys.executable, "-c", PROBE, str(outside)], str(work), env=env)
+        from .zygote import cold_reason
+
+        run_env = None
+        if cold_reason("landlock"):         # every child new: the cold path's command, as it grades
+            cmd = sandbox.sandbox_command([sys.executable, "-c", PROBE, str(outside)], str(work), env=env)
+        else:                               # the zygote's children: the same steps, in a process of its own
+            import json
+
+            from ..core.course import AUTOGRADER
+
+            plan, penv = sandbox.child_plan(str(work), env=env)
+            spec = json.dumps({"plan": plan, "env": penv}, separators=(",", ":"))
+            cmd = ["timeout", "-s", "KILL", "60", sys.executable, "-m", "awb_grader.isolation.confine", "--plan",
+                   spec, "--", "-c", PROBE, str(outside)]
+            run_env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(AUTOGRADER), "LANG": "C.UTF-8"}
         try:
-            r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=60)
+            r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=60, env=run_env)
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"Landlock tier: the probe sandbox did not run ({e})", ""
         said = (r.stdout + r.stderr).strip()

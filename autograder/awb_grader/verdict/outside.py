@@ -166,27 +166,51 @@ def obfuscation(source: str) -> list[str]:
 
 # -- the replay -------------------------------------------------------------------------------
 class Replay:
-    """A sandboxed process running the student's code and answering calls."""
+    """A sandboxed process running the student's code and answering calls: a child of this
+    process's zygote (``isolation/zygote.py``), or a new process where none serves."""
 
     def __init__(self, cells: list[str], cwd: Path, timeout: float = 60):
-        from ..isolation import sandbox
+        from ..isolation import sandbox, zygote
 
         self.timeout = timeout
         self.unsupported: str | None = None
-        program = sandbox.REPLAY
         mode = os.environ.get("AWB_SANDBOX_MODE", "off")
-        if mode in ("bwrap", "landlock"):
-            sandbox.prepare_run(str(cwd))      # its uid owns its folder; nothing of an earlier one runs
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")     # as in the grading kernel
-        if mode in ("bwrap", "landlock", "limits"):
-            cmd = sandbox.sandbox_command(program, str(cwd), env=env, ro=sandbox.REPLAY_FILES)
-        else:
-            cmd = program
         import tempfile
 
         self._stderr = tempfile.TemporaryFile()      # its last line says why, if it ends early
-        self.proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, env=env)
+        z = sandbox.zygote_for(cwd, env)
+        if mode in ("bwrap", "landlock"):
+            sandbox.prepare_run(str(cwd), warm=z is not None)   # its uid owns its folder; nothing earlier runs
+        self.proc = None
+        if z is not None:
+            plan, cenv = sandbox.child_plan(str(cwd), ro=sandbox.REPLAY_FILES, env=env)
+            to_child, from_grader = os.pipe()
+            to_grader, from_child = os.pipe()
+            try:
+                self.proc = z.fork("replay", ["awb_grader.replay"], str(cwd), cenv, plan,
+                                   [to_child, from_child, self._stderr.fileno()])
+            except zygote.Refused as e:
+                self._stderr.write(f"awb sandbox: a new replay process instead of the zygote's: {e}\n".encode())
+                os.close(from_grader)
+                os.close(to_grader)
+            else:
+                self._in, self._out = os.fdopen(from_grader, "wb"), os.fdopen(to_grader, "rb")
+            finally:
+                os.close(to_child)
+                os.close(from_child)
+        if self.proc is None:
+            blocked = sandbox.cold_blocked(env)
+            if blocked:
+                raise Unsupported(f"the replay process cannot start: {blocked}")
+            program = sandbox.REPLAY
+            if mode in ("bwrap", "landlock", "limits"):
+                cmd = sandbox.sandbox_command(program, str(cwd), env=env, ro=sandbox.REPLAY_FILES)
+            else:
+                cmd = program
+            self.proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._stderr, env=env)
+            self._in, self._out = self.proc.stdin, self.proc.stdout
         self._send_raw(json.dumps(cells).encode())
         self.timeout = max(3 * timeout, 60)      # start-up runs every code cell once
         ready = self._recv()
@@ -196,8 +220,11 @@ class Replay:
         self.names: dict = ready["ready"]
 
     def _send_raw(self, data: bytes) -> None:
-        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-        self.proc.stdin.flush()
+        try:
+            self._in.write(struct.pack(">I", len(data)) + data)
+            self._in.flush()
+        except (BrokenPipeError, ValueError):
+            raise EOFError(f"the student's process ended{self._last_words()}") from None
 
     def _recv(self):
         import select
@@ -207,11 +234,11 @@ class Replay:
         def read(n):
             buf = b""
             while len(buf) < n:
-                r, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+                r, _, _ = select.select([self._out], [], [], self.timeout)
                 if not r:
                     self.close()
                     raise TimeoutError(f"no answer within {self.timeout:g} s")
-                chunk = os.read(self.proc.stdout.fileno(), n - len(buf))
+                chunk = os.read(self._out.fileno(), n - len(buf))
                 if not chunk:
                     raise EOFError(f"the student's process ended{self._last_words()}")
                 buf += chunk
@@ -282,8 +309,8 @@ class Replay:
         except Exception as e:  # noqa: BLE001
             self.unsupported = f"{op}: arguments are not plain tensors/numbers ({type(e).__name__})"
             raise Unsupported(self.unsupported) from None
-        self._send_raw(buf.getvalue())
         try:
+            self._send_raw(buf.getvalue())
             ans = self._recv()
         except (EOFError, TimeoutError) as e:
             raise RuntimeError(f"{op}: {e}") from None
@@ -339,13 +366,23 @@ class Replay:
         return f": {lines[-1][:160]}" if lines else ""
 
     def close(self) -> None:
-        try:       # ``timeout`` leads its own process group: whatever the student's code started too
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        from ..isolation.zygote import Child
+
+        if isinstance(self.proc, Child):
+            self.proc.kill()                 # the zygote ends its process group: whatever it started too
+        else:
+            try:       # ``timeout`` leads its own process group: whatever the student's code started too
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+        for f in (self._in, self._out):
+            try:
+                f.close()
+            except OSError:
+                pass
         self._stderr.close()
 
 
@@ -518,8 +555,7 @@ def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 6
     flagged. Also reads what the execution itself says (answer cells that do not run, cells cut
     by the time limit, what the sandbox stopped: :func:`events`).
 
-    ``scope``: "full"; "static" (no hidden check runs: ``--no-verdict``); "events" (only the
-    execution's events: the course's own trusted notebooks, whose hidden checks ran in the kernel)."""
+    ``scope``: "full"; "static" (no hidden check runs: ``--no-verdict``)."""
     from attention_workbook.checks import own
 
     d = Decision()
@@ -529,10 +565,6 @@ def decide(nb, assignment: str, cwd: Path, earned: list[str], timeout: float = 6
     if timeouts:
         d.flagged = True
         d.reasons.append(f"cell time limit hit in: {', '.join(timeouts)} (infinite loop?)")
-    if scope == "events":
-        d.reasons += stopped
-        d.flagged = d.flagged or bool(stopped)
-        return d
     delegated, hidden_code = findings(nb, assignment)
     verdicts: dict[str, str] = {}
     if earned and not hidden_code and scope == "full":   # (hidden code: every point is withheld anyway)

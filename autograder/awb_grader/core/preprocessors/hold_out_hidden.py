@@ -11,16 +11,13 @@ cell's visible check and nothing else. The cells as they were, hidden blocks inc
 in this process's ``resources`` (never in the notebook the kernel reads, nor in its folder);
 ``OutsideVerdict`` (``outside_verdict.py``) puts them back into the autograded notebook after the execution and
 runs the hidden blocks outside the student's process (``verdict.outside.decide``), the one place they
-run. The course's own trusted notebooks (``SandboxGuard.trusted_code``: the test suite's
-catalog) keep their hidden checks in the kernel unless ``trusted_in_kernel`` is off; a test
-shows both ways give the same scores (``tests/test_hidden_outside.py``).
+run. The course's own notebooks (the test suite's catalog, the demo) are graded the same way.
 """
 
 from __future__ import annotations
 
 from nbgrader import utils
 from nbgrader.preprocessors import ClearHiddenTests
-from traitlets import Bool
 
 HELD = "awb_held_tests"      # resources key: {test grade_id: the cell's source before the hidden block went}
 
@@ -34,13 +31,7 @@ class HoldOutHiddenTests(ClearHiddenTests):
     """Before the execution: every test cell's hidden block is taken out (the visible check stays),
     and the cell as it was is kept in ``resources`` for the outside verdict."""
 
-    trusted_in_kernel = Bool(True, help="the course's own trusted notebooks (SandboxGuard.trusted_code) run their "
-                                        "hidden checks in the kernel, as nbgrader does (faster; the same scores)"
-                             ).tag(config=True)
-
     def preprocess(self, nb, resources):
-        if self.trusted_in_kernel and self.config.SandboxGuard.get("trusted_code", False):
-            return nb, resources
         resources[HELD] = {}
         return super().preprocess(nb, resources)
 

@@ -49,10 +49,7 @@ class OutsideVerdict(NbGraderPreprocessor):
             gid = cell_meta(cell).get("grade_id")
             if held and gid in held and cell.cell_type == "code":
                 cell.source = held[gid]
-        if held is None and meta.get("sandbox") == "trusted":
-            scope = "events"                 # (the course's own notebooks: hidden checks ran in the kernel)
-        else:
-            scope = "full" if self.recheck else "static"
+        scope = "full" if self.recheck else "static"
         if scope == "static" and held:
             meta["reasons"] = [*meta.get("reasons", []), "note: the hidden checks were not run (--no-verdict): "
                                "scores from the visible checks only"]

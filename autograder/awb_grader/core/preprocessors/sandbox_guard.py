@@ -18,27 +18,29 @@ class SandboxGuard(NbGraderPreprocessor):
 
     unprotected = Bool(False, help="grade even where no isolation tier can run: resource limits only, and the "
                                    "grades are NOT protected (said on every graded notebook)").tag(config=True)
-    trusted_code = Bool(False, help="the notebooks are the course's own (the test suite's catalog), not "
-                                    "student code: run them in the configured kernel, unsandboxed").tag(config=True)
 
     def preprocess(self, nb, resources):
         meta = {"status": "ok", "reasons": [], "withheld": {}}
-        if self.trusted_code:
-            meta["sandbox"] = "trusted"
-        else:
-            kernel = self.config.Execute.get("kernel_name", KERNEL_NAME)
-            if kernel != KERNEL_NAME:
-                raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
-            mode = sandbox_mode(self.unprotected)
-            os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
-            if os.geteuid() == 0:
-                own_uid()               # the kernels' uid, drawn once for the run (kept in its environment)
-            from ...isolation.provided import announce
+        kernel = self.config.Execute.get("kernel_name", KERNEL_NAME)
+        if kernel != KERNEL_NAME:
+            raise Refused(f"refusing to grade: the kernel {kernel!r} is not the grading sandbox ({KERNEL_NAME})")
+        mode = sandbox_mode(self.unprotected)
+        os.environ["AWB_SANDBOX_MODE"] = mode        # read by the kernel's launcher and the replay
+        if os.geteuid() == 0:
+            own_uid()               # the kernels' uid, drawn once for the run (kept in its environment)
+        from ...isolation.provided import announce
 
-            announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
-            meta["sandbox"] = mode
-            if mode == "limits":            # bwrap or landlock: protected (the tier is named above)
-                self.log.warning(UNPROTECTED_NOTE)
-                meta["reasons"].append(UNPROTECTED_NOTE)
+        announce(resources.get("nbgrader", {}).get("assignment", ""))   # what its sandbox binds
+        meta["sandbox"] = mode
+        # this process's zygote (isolation/zygote.py), before nbgrader starts the kernel: the
+        # kernel's launcher hands it the kernel to fork (None: kernels start cold here)
+        from ...isolation.sandbox import zygote_for
+
+        path = resources.get("metadata", {}).get("path")
+        if path:
+            zygote_for(path)
+        if mode == "limits":            # bwrap or landlock: protected (the tier is named above)
+            self.log.warning(UNPROTECTED_NOTE)
+            meta["reasons"].append(UNPROTECTED_NOTE)
         nb.metadata[META] = meta
         return nb, resources
