@@ -42,7 +42,7 @@ RELEASE = EXERCISES / A / f"{A}.ipynb"
 MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
 DELEGATION = next(s for s in shortcuts(A) if s.id == "sdpa_wraps_reference")
 TAMPERING = next(s for s in shortcuts(A) if s.kind == "tampering: encoded")
-GRADESCOPE_MB, GRADESCOPE_S = 768, 600
+GRADESCOPE_MB, GRADESCOPE_S, GRADESCOPE_CPUS = 768, 600, "0.5"     # its defaults: memory, time, half a CPU
 VENV = os.path.realpath(sys.prefix)     # the suite's environment, seen inside the container too
 
 
@@ -150,7 +150,8 @@ def graded(docker, tmp_path_factory):
         (up / f"{name}.file").write_bytes(data)
         (up / f"{name}.as").write_text("notebook.ipynb" if name == "broken" else f"{A}.ipynb")
     (up / "order").write_text(" ".join(files))
-    run = docker.run(["-v", f"{root}:/autograder", "-v", f"{up}:/uploads", "--memory", f"{GRADESCOPE_MB}m"],
+    run = docker.run(["-v", f"{root}:/autograder", "-v", f"{up}:/uploads", "--memory", f"{GRADESCOPE_MB}m",
+                      "--cpus", GRADESCOPE_CPUS],
                      ["bash", "-c", RUN_ALL], timeout=GRADESCOPE_S * len(files))
     out = {"_setup": setup, "_run": run, "_last": json.loads((up / "out" / "last.json").read_text())}
     for name in files:

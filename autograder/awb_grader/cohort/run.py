@@ -73,10 +73,15 @@ def run_cohort(source: Path, root: Path, exercises: list[str] | None = None, *, 
     mode = tiers.configure(unprotected, sb.Limits(memory_mb=memory_mb, cell_timeout=timeout), say=say)
     course = Course(root, release_dir=root / "release", timeout=timeout)
     names = resolve(exercises)
+    from ..isolation.zygote import cold_reason
+
+    cold = cold_reason(mode)
+    start = (f"each kernel and replay a new process ({cold})" if cold else
+             "each kernel and replay a confined child of its worker's zygote")
     say(f"sandbox: {mode}" + ({"bwrap": " (bubblewrap", "landlock": " (Landlock + seccomp"}[mode]
-                              + ", a new sandboxed kernel per notebook: no network, read-only system, "
+                              + f", {start}: no network, read-only system, "
                               f"only its own folder writable; memory {memory_mb} MB, {timeout} s per cell)"
-                              if mode != "limits" else " (UNPROTECTED: resource limits only)"))
+                              if mode != "limits" else f" (UNPROTECTED: resource limits only; {start})"))
 
     say(f"1/4 collect: nbgrader zip_collect on {source} for {len(names)} exercise(s)")
     for a in names:

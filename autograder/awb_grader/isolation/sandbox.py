@@ -454,11 +454,21 @@ def _warm_kernel(conn: str, cwd: str) -> str:
     path, token = os.environ.get(zygote.SOCKET_ENV, ""), os.environ.get(zygote.TOKEN_ENV, "")
     try:
         plan, env = child_plan(cwd, rw=[Path(conn).parent])
-        child = zygote.Child.start(path, token, "kernel", ["-f", conn], cwd, _with_added(env), plan, [0, 1, 2])
+        child = zygote.Child.start(path, token, "kernel", ["-f", conn], cwd, _with_added(env), plan, [0, 1, 2],
+                                   preload_for())
     except (zygote.Refused, OSError, RuntimeError, ValueError) as e:
         return str(e)
     zygote.stand_in(child)
     return "the kernel's stand-in returned"
+
+
+def preload_for() -> list[str]:
+    """What the zygote imports before forking a child of the exercise being graded, beyond what it
+    always has: Triton, where the exercise provides ``attention_workbook.tritonenv`` (10, 11)."""
+    from .provided import PROVIDED_ENV
+    from .zygote import TRITON
+
+    return list(TRITON) if "tritonenv.py" in os.environ.get(PROVIDED_ENV, "") else []
 
 
 def _with_added(env: dict) -> dict:
@@ -519,12 +529,13 @@ def cold_blocked(env: dict | None = None) -> str | None:
     return None
 
 
-def zygote_for(cwd, env: dict | None = None):
+def zygote_for(cwd, env: dict | None = None, fork: bool = False):
     """This process's zygote (``zygote.ensure``), ready to serve a child in ``cwd``: started (again)
     where none runs, it died, or the tier, the grading folder it binds (bubblewrap tier: the folder
     above ``cwd``, ``autograded/`` for ``autograded/<student>/<exercise>``) or a variable read at
     start changed. None where no zygote serves the tier (``zygote.cold_reason``): each kernel and
-    replay then starts as a new process."""
+    replay then starts as a new process. ``fork``: a new zygote outside bubblewrap is forked from this
+    process (a platform's grading process, which has imported what it preloads: ``zygote.preload``)."""
     from . import zygote
 
     env = dict(os.environ if env is None else env)
@@ -541,7 +552,7 @@ def zygote_for(cwd, env: dict | None = None):
                              and str(up) not in ("/tmp", "/var/tmp", "/home", "/root", "/work")), here))
     private = Path(env.get("AWB_PRIVATE_RUNTIME") or _private_runtime())
     return zygote.ensure(mode, root, child_env, private / "zygote",
-                         zygote_wrapper(Path(root), env) if mode == "bwrap" else [])
+                         zygote_wrapper(Path(root), env) if mode == "bwrap" else [], fork=fork)
 
 
 def zygote_wrapper(root: Path, env: dict | None = None) -> list[str]:

@@ -54,6 +54,7 @@ import time
 
 SOCKET_ENV = "AWB_ZYGOTE"                 # the zygote's socket, for the kernels' launchers
 TOKEN_ENV = "AWB_ZYGOTE_TOKEN"            # what a request must carry (never in a child's environment)
+HASH_ENV = "AWB_ZYGOTE_HASH"              # the zygote's only knowledge of it: its SHA-256
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "matplotlib.pyplot", "IPython",
            "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell",
            # what a kernel imports while it starts (its debugger support, IPython's history, ...)
@@ -137,11 +138,10 @@ def preload() -> dict:
             importlib.import_module(name)
         if importlib.util.find_spec("triton") is not None and (
                 os.environ.get("TRITON_INTERPRET") or not os.path.exists("/dev/nvidiactl")):
-            # no GPU: Triton's interpreter, as tritonenv would choose (never a CUDA call before a fork)
+            # no GPU: Triton's interpreter, as tritonenv would choose (never a CUDA call before a fork);
+            # Triton itself is imported on the first request that asks for it (:func:`warm_up`)
             os.environ.setdefault("TRITON_INTERPRET", "1")
             added["TRITON_INTERPRET"] = os.environ["TRITON_INTERPRET"]
-            for name in TRITON:
-                importlib.import_module(name)
         # the machine's network addresses, which a kernel looks up when it starts
         from jupyter_client import localinterfaces
 
@@ -153,12 +153,34 @@ def preload() -> dict:
     return added
 
 
+def warm_up(names: list[str]) -> None:
+    """Import ``names`` in the zygote before a fork (what only some exercises import: Triton), once;
+    a module that cannot be imported is left to the child (which then says why)."""
+    import importlib
+
+    for name in names:
+        if name in TRITON and name not in sys.modules and os.environ.get("TRITON_INTERPRET"):
+            saved = os.dup(2)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001
+                pass
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                os.close(null)
+
+
 def serve(path: str) -> None:
     """The zygote: preload, say ``ready <env JSON>`` on stdout, fork a child per request; exit when
     the owner closes our stdin (killing the children still running)."""
     import selectors
 
-    want = token_hash(os.environ.pop(TOKEN_ENV, ""))      # the token itself never stays in memory
+    # the token's hash, never the token: a child may read what the zygote started with (its own
+    # /proc/self/environ is the zygote's), and a hash lets nobody make a request
+    want = os.environ.pop(HASH_ENV, "")
     added = preload()
     from . import confine, landlock, syscalls  # noqa: F401 - what each child confines itself with
 
@@ -183,67 +205,74 @@ def serve(path: str) -> None:
     pending: dict[socket.socket, float] = {}                # connections that have not sent a request yet
     print("ready " + json.dumps(added), flush=True)
     try:
-        while True:
-            for key, _ in sel.select(timeout=0.05):
-                if key.data == "owner":
-                    if not os.read(sys.stdin.fileno(), 4096):
-                        return
-                elif key.data == "accept":
-                    conn, _ = listener.accept()
-                    if len(pending) > 32:                # nobody keeps the zygote busy
-                        conn.close()
-                        continue
-                    conn.settimeout(5)
-                    pending[conn] = time.monotonic() + 5
-                    sel.register(conn, selectors.EVENT_READ, "request")
-                elif key.data == "request":
-                    conn = key.fileobj
-                    sel.unregister(conn)
-                    pending.pop(conn, None)
-                    _answer(conn, sel, kids, mine, want, zygote_path, listener)
-                else:                                    # a requester's connection: a signal, or it left
-                    pid, conn = key.data, key.fileobj
-                    try:
-                        msg, _ = recv(conn)
-                    except (OSError, ValueError):
-                        msg = None
-                    if msg and "signal" in msg:
-                        _signal(pid, int(msg["signal"]))
-                        continue
-                    sel.unregister(conn)
-                    conn.close()
-                    if kids.pop(pid, None) is not None:
-                        _signal(pid, signal.SIGKILL)
-            now = time.monotonic()
-            for conn, deadline in list(pending.items()):     # a connection that never asked
-                if now > deadline:
-                    sel.unregister(conn)
-                    pending.pop(conn)
-                    conn.close()
-            for pid, (conn, deadline) in list(kids.items()):  # a child past its life limit
-                if now > deadline:
-                    _signal(pid, signal.SIGKILL)
-            while True:            # reap the children that ended (and what they left), tell their requesters
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                entry = kids.pop(pid, None)
-                if entry is None:
-                    continue
-                _signal(pid, signal.SIGKILL)              # whatever it started
-                conn = entry[0]
-                sel.unregister(conn)
-                try:
-                    send(conn, {"exit": os.waitstatus_to_exitcode(status)})
-                except OSError:
-                    pass
-                conn.close()
+        _loop(sel, listener, kids, pending, mine, want, zygote_path)
     finally:
         for pid in kids:
             _signal(pid, signal.SIGKILL)
+        sys.stdout.flush()
+        os._exit(0)          # nothing to tear down one object at a time (a Python with PyTorch takes a while)
+
+
+def _loop(sel, listener, kids, pending, mine, want, zygote_path) -> None:
+    """Serve until the owner closes our stdin."""
+    while True:
+        for key, _ in sel.select(timeout=0.05):
+            if key.data == "owner":
+                if not os.read(sys.stdin.fileno(), 4096):
+                    return
+            elif key.data == "accept":
+                conn, _ = listener.accept()
+                if len(pending) > 32:                # nobody keeps the zygote busy
+                    conn.close()
+                    continue
+                conn.settimeout(5)
+                pending[conn] = time.monotonic() + 5
+                sel.register(conn, selectors_read(), "request")
+            elif key.data == "request":
+                conn = key.fileobj
+                sel.unregister(conn)
+                pending.pop(conn, None)
+                _answer(conn, sel, kids, mine, want, zygote_path, listener)
+            else:                                    # a requester's connection: a signal, or it left
+                pid, conn = key.data, key.fileobj
+                try:
+                    msg, _ = recv(conn)
+                except (OSError, ValueError):
+                    msg = None
+                if msg and "signal" in msg:
+                    _signal(pid, int(msg["signal"]))
+                    continue
+                sel.unregister(conn)
+                conn.close()
+                if kids.pop(pid, None) is not None:
+                    _signal(pid, signal.SIGKILL)
+        now = time.monotonic()
+        for conn, deadline in list(pending.items()):     # a connection that never asked
+            if now > deadline:
+                sel.unregister(conn)
+                pending.pop(conn)
+                conn.close()
+        for pid, (conn, deadline) in list(kids.items()):  # a child past its life limit
+            if now > deadline:
+                _signal(pid, signal.SIGKILL)
+        while True:            # reap the children that ended (and what they left), tell their requesters
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            entry = kids.pop(pid, None)
+            if entry is None:
+                continue
+            _signal(pid, signal.SIGKILL)              # whatever it started
+            conn = entry[0]
+            sel.unregister(conn)
+            try:
+                send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+            except OSError:
+                pass
+            conn.close()
 
 
 def _answer(conn, sel, kids, mine, want, zygote_path, listener) -> None:
@@ -272,6 +301,7 @@ def _answer(conn, sel, kids, mine, want, zygote_path, listener) -> None:
         for fd in fds:
             os.close(fd)
         return
+    warm_up([str(m) for m in req.get("preload") or []])
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -411,7 +441,7 @@ class Zygote:
     ``env``: its whole environment (the children's, less what each child sets for itself);
     ``wrapper``: the command it runs in (the bubblewrap tier's sandbox), or nothing."""
 
-    def __init__(self, folder, env: dict, wrapper: list[str] = (), cwd=None):
+    def __init__(self, folder, env: dict, wrapper: list[str] = (), cwd=None, fork: bool = False):
         import subprocess
         import tempfile
         from pathlib import Path
@@ -425,11 +455,15 @@ class Zygote:
         self.token = os.urandom(24).hex()
         self.env = dict(env)
         self.startup = startup_env(self.env)
-        program = [sys.executable, "-m", "awb_grader.isolation.zygote", "serve", self.path]
-        full = dict(self.env, PYTHONPATH=str(AUTOGRADER), **{TOKEN_ENV: self.token})
         self._err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([*wrapper, *program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._err, env=full, cwd=cwd or self.folder, close_fds=True)
+        if fork:
+            full = dict(self.env, **{HASH_ENV: token_hash(self.token)})
+            self.proc = _Forked(self.path, full, str(cwd or self.folder), self._err.fileno())
+        else:
+            program = [sys.executable, "-m", "awb_grader.isolation.zygote", "serve", self.path]
+            full = dict(self.env, PYTHONPATH=str(AUTOGRADER), **{HASH_ENV: token_hash(self.token)})
+            self.proc = subprocess.Popen([*wrapper, *program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._err, env=full, cwd=cwd or self.folder, close_fds=True)
         line = self.proc.stdout.readline().decode(errors="replace")
         if not line.startswith("ready"):
             self.stop()
@@ -468,9 +502,63 @@ class Zygote:
         """``env`` with what the zygote's preload decided (Triton's interpreter)."""
         return {**env, **self.added}
 
-    def fork(self, kind: str, argv: list[str], cwd: str, env: dict, plan: dict, fds: list[int]) -> Child:
-        """A new child of ``kind`` (kernel, replay, exec) with standard streams ``fds``."""
-        return Child.start(self.path, self.token, kind, argv, cwd, self.child_env(env), plan, fds)
+    def fork(self, kind: str, argv: list[str], cwd: str, env: dict, plan: dict, fds: list[int],
+             preload: list[str] = ()) -> Child:
+        """A new child of ``kind`` (kernel, replay, exec) with standard streams ``fds``; ``preload``:
+        modules the zygote imports first, once (:func:`warm_up`)."""
+        return Child.start(self.path, self.token, kind, argv, cwd, self.child_env(env), plan, fds, preload)
+
+
+class _Forked:
+    """A zygote forked from this process rather than started anew (the platforms' grading process,
+    which imports what the zygote preloads anyway, and forks before it opens anything of the course,
+    in a clean environment: ``run_autograder`` starts it with ``env -i``): what ``Popen`` gives."""
+
+    def __init__(self, path: str, env: dict, cwd: str, err: int):
+        to_zygote, stdin = os.pipe()
+        stdout, from_zygote = os.pipe()
+        own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.dup2(to_zygote, 0)
+                os.dup2(from_zygote, 1)
+                os.dup2(err, 2)
+                os.closerange(3, 65536)
+                os.chdir(cwd)
+                os.environ.clear()
+                os.environ.update(env)
+                _ZYGOTE_ONLY.update(own)         # the grading process's own PYTHONPATH: not a child's
+                serve(path)
+            finally:
+                os._exit(1)
+        os.close(to_zygote)
+        os.close(from_zygote)
+        self.stdin, self.stdout = os.fdopen(stdin, "wb"), os.fdopen(stdout, "rb")
+        self.returncode = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("zygote", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 class Refused(RuntimeError):
@@ -486,13 +574,13 @@ class Child:
 
     @classmethod
     def start(cls, path: str, token: str, kind: str, argv: list[str], cwd: str, env: dict, plan: dict,
-              fds: list[int]) -> Child:
+              fds: list[int], preload: list[str] = ()) -> Child:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(30)
+            sock.settimeout(60)
             sock.connect(path)
             send(sock, {"token": token, "kind": kind, "argv": list(argv), "cwd": str(cwd), "env": env,
-                        "plan": plan}, list(fds))
+                        "plan": plan, "preload": list(preload)}, list(fds))
             answer, _ = recv(sock)
         except OSError as e:
             sock.close()
@@ -592,12 +680,13 @@ def current_root() -> str | None:
     return _KEY[1] if current() is not None and _KEY else None
 
 
-def ensure(mode: str, root: str | None, env: dict, folder, wrapper: list[str] = ()) -> Zygote:
+def ensure(mode: str, root: str | None, env: dict, folder, wrapper: list[str] = (), fork: bool = False) -> Zygote:
     """This process's zygote for the tier ``mode`` (bubblewrap: in ``wrapper``, binding ``root``),
     whose children's environment is ``env``: the running one, or a new one where none runs, it
     died, or the tier, the folder or a variable read at start (:func:`startup_env`) changed.
     ``folder``: its own private folder (socket, home). Its socket, token and what its preload added
-    go into this process's environment, which the kernels' launchers inherit."""
+    go into this process's environment, which the kernels' launchers inherit. ``fork``: a new zygote
+    is forked from this process (:class:`_Forked`) instead of started anew (not in a ``wrapper``)."""
     global _CURRENT, _KEY
     from pathlib import Path
 
@@ -612,7 +701,7 @@ def ensure(mode: str, root: str | None, env: dict, folder, wrapper: list[str] = 
     home.mkdir(parents=True, exist_ok=True)
     zenv = {k: v for k, v in env.items() if k != "TMPDIR"}
     zenv.update(HOME=str(home), MPLCONFIGDIR=str(home / "mpl"), IPYTHONDIR=str(home / "ipython"))
-    _CURRENT = Zygote(folder, zenv, list(wrapper), cwd=str(folder.parent))
+    _CURRENT = Zygote(folder, zenv, list(wrapper), cwd=str(folder.parent), fork=fork and not wrapper)
     _KEY = (mode, root, json.dumps(startup_env({**env, **_CURRENT.added}), sort_keys=True))
     _announce(_CURRENT)
     if not _STOP_AT_EXIT:

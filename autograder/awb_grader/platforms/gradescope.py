@@ -7,8 +7,8 @@ autograder's image (Ubuntu); for every submission it puts the student's upload i
 ``/autograder/submission``, runs ``/autograder/run_autograder`` from ``/autograder``, and reads
 ``/autograder/results/results.json``; ``run_autograder``'s stdout is shown to the instructor only.
 
-``run_autograder`` grades the upload with the cohort command (``harness.grade_upload``: the same
-collection, repair, sandbox, outside verdicts and rules as ``make cohort``) and writes one test
+``run_autograder`` grades the upload as one upload (``harness.grade_upload``: the cohort command's
+repair, sandbox, outside verdicts and rules, for one submission, in one process) and writes one test
 per graded cell: ``name`` (the cell's grade id), ``score``, ``max_score``, ``status``,
 ``output`` (the visible check's hint, or the student's own exception; a hidden check's failure
 as a fixed sentence, never its code or values) and ``visibility``: a failure the visible check
@@ -58,6 +58,10 @@ else
   /autograder/venv/bin/python -m pip install -q "numpy>=1.24,<3" "matplotlib>=3.7,<4" "ipywidgets>=7.7,<9" \
       "tqdm>=4.60" "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25" \
       "landlockpy>=0.2,<0.3" "pyseccomp>=0.1.2,<0.2"
+  # rfc3987-syntax, an optional part of jsonschema that nbformat pulls in, compiles its IRI grammars
+  # whenever jsonschema is imported: a core-second of every run, two seconds of the student's wait at
+  # half a CPU; nothing here checks IRIs (jsonschema issue 1428)
+  /autograder/venv/bin/python -m pip uninstall -y -q rfc3987-syntax
 fi
 export PYTHONPATH="$SRC/autograder:$SRC" MPLBACKEND=Agg
 /autograder/venv/bin/python -m awb_grader.platforms.gradescope prepare
@@ -68,9 +72,13 @@ export PYTHONPATH="$SRC/autograder:$SRC" MPLBACKEND=Agg
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # Gradescope runs this for every submission (upload in /autograder/submission); it writes
 # /autograder/results/results.json and prints the instructor-only report.
-export PYTHONPATH="/autograder/source/autograder:/autograder/source" MPLBACKEND=Agg
+# In a clean environment (env -i): the grader's zygote, from which the student's kernel is forked,
+# is forked from this process, and holds nothing of the container's environment.
 cd /autograder/source
-exec /autograder/venv/bin/python -m awb_grader.platforms.gradescope run
+exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+  PYTHONPATH=/autograder/source/autograder:/autograder/source MPLBACKEND=Agg \
+  ${AWB_GRADESCOPE_BASE:+AWB_GRADESCOPE_BASE="$AWB_GRADESCOPE_BASE"} \
+  /autograder/venv/bin/python -m awb_grader.platforms.gradescope run
 """
 
 VISIBILITIES = ("after_published", "hidden", "after_due_date", "visible")
@@ -121,6 +129,7 @@ def results_json(out: harness.Outcome, visibility: str) -> dict:
 def run(base: Path = Path("/autograder")) -> int:
     """``run_autograder``: grade the upload, write results.json. Always writes it."""
     settings = json.loads((base / "source" / "harness.json").read_text())
+    harness.warm_start(settings, base / "course")
     out = harness.grade_as_built(settings, base / "submission", base / "course", base / "source" / "exercises")
     return harness.report(out, results_json(out, settings.get("visibility", "after_published")), base / "results")
 
@@ -154,7 +163,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     base = Path(os.environ.get("AWB_GRADESCOPE_BASE", "/autograder"))
     if argv == ["run"]:
-        return run(base)
+        harness.leave(run(base))
     if argv == ["prepare"]:
         return prepare(base)
     print("usage: python -m awb_grader.platforms.gradescope run|prepare (the zip: python -m awb_grader gradescope NN)",

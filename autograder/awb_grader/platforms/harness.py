@@ -1,10 +1,10 @@
-"""What the Gradescope and PrairieLearn harnesses share: one submission graded by the cohort
-command, read back per graded cell.
+"""What the Gradescope and PrairieLearn harnesses share: one upload graded as one upload, read
+back per graded cell.
 
-Nothing here grades: :func:`grade_upload` hands the uploaded notebook to
-:func:`awb_grader.cohort.run.run_cohort` (collection, check/repair, nbgrader autograde in the sandbox
-of the isolation tier that runs here, the outside-the-kernel verdict) as a cohort of one, then
-reads what it wrote:
+Nothing here grades: :func:`grade_upload` hands the uploaded notebook to the cohort command's
+steps for one submission (:func:`grade_one`: check/repair, nbgrader autograde in the isolation tier
+that runs here, its kernel and replay forked from this process's zygote, the outside-the-kernel
+verdict), in this process, then reads what they wrote:
 the Record (status, reasons, failed cells, errors), nbgrader's gradebook (each cell's score and
 maximum) and the autograded notebook (each failing cell's message). :func:`bundle` copies the
 grading core into a folder that a platform unpacks (``/autograder/source``,
@@ -227,6 +227,52 @@ def prepare(assignment: str, root: Path, timeout: int = 60, say=print) -> None:
     build_course(root, [assignment], Path(root).parent / "awb-empty", timeout=timeout, say=say)
 
 
+def warm_start(settings: dict, root: Path) -> None:
+    """The first thing a platform's grading command does: decide the isolation tier, import what
+    the zygote preloads (this process needs PyTorch for the hidden checks anyway) and fork the zygote
+    from this process, before it opens anything of the course (the upload, the gradebook, the hidden
+    checks), in the clean environment ``run_autograder`` starts it with: one import of PyTorch and
+    its company per upload instead of two (about a second and a half of core time, three seconds of
+    a student's wait at Gradescope's half a CPU). Where that cannot be done (no tier, bubblewrap),
+    grading starts its zygote as usual."""
+    from ..isolation import sandbox as sb, tiers, zygote
+
+    a = settings["assignment"]
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    try:
+        mode = tiers.configure(bool(settings.get("unprotected")),
+                               sb.Limits(memory_mb=settings.get("memory_mb") or sb.Limits.memory_mb,
+                                         cell_timeout=int(settings.get("timeout") or 60)), say=lambda *x: None)
+        if mode == "bwrap" or zygote.cold_reason(mode):
+            return
+        zygote.preload()
+        sb.zygote_for(Path(root).resolve() / "autograded" / STUDENT / a, fork=True)
+    except Exception:  # noqa: BLE001 - grading says what is wrong, if anything is
+        return
+
+
+def grade_one(notebook: Path, assignment: str, root: Path, timeout: int = 60, memory_mb: int | None = None,
+              unprotected: bool = False, say=print):
+    """One upload graded as one upload, in this process: the cohort command's steps for one
+    submission (check and repair, ``nbgrader autograde`` in the isolation tier that runs here, the
+    outside verdict, the Record) without what a cohort adds (collecting a download, a pool of
+    workers, the merge, the exports, the summary and the report page). The course root was built at
+    setup (:func:`prepare`). Refuses (``isolation.sandbox.Refused``) where no tier can run, unless
+    ``unprotected``. Returns (the Record, the tier's name)."""
+    from ..cohort.pipeline import grade_submissions
+    from ..core.course import Course
+    from ..isolation import sandbox as sb, tiers
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):      # as a cohort's worker: small tensors, one thread
+        os.environ.setdefault(var, "1")
+    mode = tiers.configure(unprotected, sb.Limits(memory_mb=memory_mb or sb.Limits.memory_mb, cell_timeout=timeout),
+                           say=say)
+    say(f"sandbox: {mode} ({tiers.detect().describe()})")
+    course = Course(Path(root).resolve(), release_dir=Path(root).resolve() / "release", timeout=timeout)
+    return grade_submissions(course, assignment, {STUDENT: Path(notebook)}, feedback=False, progress=False)[0], mode
+
+
 def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: Path, timeout: int = 60,
                  memory_mb: int | None = None, unprotected: bool = False) -> Outcome:
     """Grade one uploaded file with the cohort command and read back every graded cell.
@@ -256,16 +302,10 @@ def grade_upload(upload: Path | None, assignment: str, root: Path, release_nb: P
         inbox = Path(root).parent / "awb-inbox"
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
-        shutil.copyfile(upload, inbox / f"{STUDENT}_{assignment}.ipynb", follow_symlinks=False)
-        from ..cohort.run import run_cohort
-
-        res = run_cohort(inbox, root, [assignment], workers=1, timeout=timeout, memory_mb=memory_mb,
-                         unprotected=unprotected, regrade=True, feedback=False, progress=False, say=say)
-        out.sandbox = res.sandbox
-        rec = next((r for r in res.records if r.assignment == assignment and r.student == STUDENT), None)
-        if rec is None:
-            out.reasons.append("the cohort command returned no record for the upload")
-            return out
+        copy = inbox / f"{STUDENT}_{assignment}.ipynb"
+        shutil.copyfile(upload, copy, follow_symlinks=False)
+        rec, out.sandbox = grade_one(copy, assignment, Path(root), timeout=timeout, memory_mb=memory_mb,
+                                     unprotected=unprotected, say=say)
         out.status, out.reasons = str(getattr(rec.status, "value", rec.status)), list(rec.reasons)
         scores = _gradebook_scores(Path(root), assignment) if rec.status != "ungradable" else {}
         autograded = Path(root) / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
@@ -331,6 +371,23 @@ def report(out: Outcome, results: dict, folder: Path) -> int:
     tmp.replace(folder / "results.json")
     print(out.instructor_report())
     return 0
+
+
+def leave(rc: int) -> None:
+    """End a platform's grading command once results.json is written: the zygote stopped (its
+    children with it), the output flushed, and no teardown of PyTorch, nbgrader and nbconvert one
+    object at a time (a second or more of the student's wait at half a CPU)."""
+    import sys
+
+    from ..isolation import zygote
+
+    zygote.stop()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(rc)
 
 
 def _gradebook_scores(root: Path, assignment: str) -> dict[str, float]:

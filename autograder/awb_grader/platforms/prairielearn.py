@@ -36,8 +36,12 @@ from . import harness
 ENTRYPOINT = r"""#!/usr/bin/env bash
 # PrairieLearn's external-grading entrypoint: grades /grade/student, writes /grade/results/results.json.
 # AWB_PYTHON picks the Python that has the grader's packages (the image's python3 by default).
-export PYTHONPATH="/grade/serverFilesCourse/awb/autograder:/grade/serverFilesCourse/awb" MPLBACKEND=Agg
-exec "${AWB_PYTHON:-python3}" -m awb_grader.platforms.prairielearn run
+# In a clean environment (env -i): the grader's zygote, from which the student's kernel is forked,
+# is forked from this process, and holds nothing of the container's environment.
+exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+  PYTHONPATH=/grade/serverFilesCourse/awb/autograder:/grade/serverFilesCourse/awb MPLBACKEND=Agg \
+  ${AWB_PRAIRIELEARN_BASE:+AWB_PRAIRIELEARN_BASE="$AWB_PRAIRIELEARN_BASE"} \
+  "$(command -v "${AWB_PYTHON:-python3}")" -m awb_grader.platforms.prairielearn run
 """
 
 DOCKERFILE = """# The grading image: build and push it, then put its name in each question's info.json ("image").
@@ -49,7 +53,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && r
 RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch>=2.1,<3" \\
  && pip install --no-cache-dir "numpy>=1.24,<3" "matplotlib>=3.7,<4" "ipywidgets>=7.7,<9" "tqdm>=4.60" \\
       "nbgrader>=0.9.5,<0.10" "nbclient>=0.10,<1" "nbformat>=5.9,<6" "ipykernel>=6.25" \\
-      "landlockpy>=0.2,<0.3" "pyseccomp>=0.1.2,<0.2"
+      "landlockpy>=0.2,<0.3" "pyseccomp>=0.1.2,<0.2" \\
+ && pip uninstall -y rfc3987-syntax
+# (rfc3987-syntax, an optional part of jsonschema that nbformat pulls in, compiles its IRI grammars
+# whenever jsonschema is imported: a core-second of every job; nothing here checks IRIs. jsonschema
+# issue 1428)
 """
 
 QUESTION_HTML = """<pl-question-panel>
@@ -116,6 +124,7 @@ def run(base: Path = Path("/grade")) -> int:
     """The entrypoint: grade /grade/student, write /grade/results/results.json. Always writes it."""
     settings = json.loads((base / "tests" / "harness.json").read_text())
     core = Path(__file__).resolve().parents[3]
+    harness.warm_start(settings, base / "awb-work" / "course")
     out = harness.grade_as_built(settings, base / "student", base / "awb-work" / "course", core / "exercises")
     return harness.report(out, results_json(out), base / "results")
 
@@ -140,7 +149,7 @@ def main(argv=None) -> int:
     """``python -m awb_grader.platforms.prairielearn run``: the entrypoint's command."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["run"]:
-        return run(Path(os.environ.get("AWB_PRAIRIELEARN_BASE", "/grade")))
+        harness.leave(run(Path(os.environ.get("AWB_PRAIRIELEARN_BASE", "/grade"))))
     print("usage: python -m awb_grader.platforms.prairielearn run (the question: python -m awb_grader prairielearn NN)",
           file=sys.stderr)
     return 2

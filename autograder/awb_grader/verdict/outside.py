@@ -189,7 +189,7 @@ class Replay:
             to_grader, from_child = os.pipe()
             try:
                 self.proc = z.fork("replay", ["awb_grader.replay"], str(cwd), cenv, plan,
-                                   [to_child, from_child, self._stderr.fileno()])
+                                   [to_child, from_child, self._stderr.fileno()], sandbox.preload_for())
             except zygote.Refused as e:
                 self._stderr.write(f"awb sandbox: a new replay process instead of the zygote's: {e}\n".encode())
                 os.close(from_grader)
