@@ -8,10 +8,9 @@ of one exercise it measures, side by side on the same machine:
 
 1. a bare ``nbclient`` execution of one correct notebook (the floor: a kernel + the cells);
 2. ``nbgrader autograde ASSIGNMENT`` (the real CLI, sequential: the course's config makes it
-   the protected door, a new bubblewrap-sandboxed kernel and the outside verdict per notebook);
-   then the course's own (trusted) notebooks through nbgrader's Python API, unsandboxed, once
-   with warm kernels (``awb_grader.devtools.warm``: each kernel forked from a process that has PyTorch
-   imported, as the catalog tests grade) and once with a new kernel per notebook;
+   the protected door: each kernel and replay a confined child of the grading process's zygote);
+   then the same through nbgrader's Python API (as the catalog tests grade), once with the zygote
+   and once with a new sandboxed process per kernel and replay (``AWB_COLD=1``);
 3. the same grading as 2. in parallel shards (``awb_grader.cohort.parallel``, no feedback): the
    speedup that parallelism alone buys, against 2.;
 4. the full cohort command (``python -m awb_grader cohort``: zip_collect, repair, sandbox,
@@ -29,7 +28,6 @@ Prints figures only; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
@@ -169,15 +167,15 @@ def main() -> None:
           f"({t_seq / len(gradable):.2f} s/notebook, {t_seq / len(gradable) / t_bare:.2f}x bare; CPU {c_seq:.1f} s)  "
           f"rc={proc.returncode}{' (the corrupt files)' if proc.returncode and 'corrupt' in kinds else ''}  [{load()}]")
 
-    # 2w. the same grading with warm kernels (awb_grader.devtools.warm: forked from a process that has
-    # PyTorch imported), through nbgrader's API as the catalog tests grade; and once more with
-    # new kernels through the same API, so the two differ only in how the kernel starts
-    from awb_grader.devtools.variants import TRUSTED_NEW_KERNEL
-    from awb_grader.devtools.warm import warm_kernels
+    # 2w/2n. the same grading through nbgrader's API (as the catalog tests grade), once with each
+    # kernel and replay forked from this process's zygote (isolation/zygote.py) and once with a new
+    # process for each (AWB_COLD=1), so that the two differ only in how the kernel and replay start
+    from awb_grader.isolation import zygote
 
     def api_sequential(name: str, warm: bool) -> tuple[float, float]:
-        with warm_kernels() if warm else contextlib.nullcontext(TRUSTED_NEW_KERNEL) as extra:
-            course = Course(work / name, release_dir=work / name / "release", extra=dict(extra))
+        os.environ[zygote.COLD_ENV] = "0" if warm else "1"
+        try:
+            course = Course(work / name, release_dir=work / name / "release")
             course.generate_assignment(A)
             for s, p in gradable.items():
                 course.submit(s, A, p)
@@ -185,13 +183,16 @@ def main() -> None:
             for s in gradable:
                 course.autograde(A, s)
             return time.perf_counter() - t0, cpu() - c0
+        finally:
+            zygote.stop()
+            os.environ.pop(zygote.COLD_ENV, None)
 
     for name, warm in (("api_warm", True), ("api_new", False)):
         t_api, c_api = api_sequential(name, warm)
         print(f"[2{'w' if warm else 'n'}] sequential autograde through nbgrader's API, "
-              f"{'warm kernels (forked, PyTorch preloaded)' if warm else 'a new kernel per notebook'}: "
+              f"{'kernels and replays forked from a zygote' if warm else 'a new process per kernel and replay'}: "
               f"{t_api:.1f} s ({t_api / len(gradable):.2f} s/notebook, {t_api / len(gradable) / t_bare:.2f}x bare; "
-              f"CPU {c_api:.1f} s{', not counting the kernels: the zygote reaps them' if warm else ''})  [{load()}]")
+              f"CPU {c_api:.1f} s)  [{load()}]")
 
     # 3. the same in parallel shards (sandbox and outside verdict as in [2], no feedback)
     par = Course(work / "par", release_dir=work / "par" / "release")
@@ -207,7 +208,7 @@ def main() -> None:
           f"{t_seq * (c_seq / max(t_seq, c_seq)) / (c_par / W):.2f}x (if [2] ran at one full core)")
 
     # 4. the full cohort command, W workers and 1 worker, interleaved (the load moves): a new
-    # bubblewrap-sandboxed kernel and replay per notebook, the outside verdict as nbgrader's own
+    # sandboxed kernel and replay per notebook (forked from each worker's zygote), the outside verdict as nbgrader's own
     # autograde step (awb_grader.core.config)
     from awb_grader.cohort.run import run_cohort
 

@@ -3,12 +3,16 @@ alternately (the load moves), with the CPU and the load printed beside every fig
 
     git worktree add /tmp/before <commit>
     PYTHONPATH=autograder .venv/bin/python benchmarks/compare_trees.py /tmp/before . \\
-        [--students 16] [--exercises 04] [--workers 2] [--rounds 2]
+        [--cohort synthetic|adversarial|shortcuts] [--students 16] [--exercises 04] [--workers 2] [--rounds 2]
 
 Each run is the real command (``python -m awb_grader cohort LMS.zip --exercises ... --workers
 ...``) in a new course root, with the checkout's own ``autograder/`` and package first on
-``PYTHONPATH``; the cohort (``awb_grader.devtools.synth``: correct work, alternatives, catalogued
-mistakes, unanswered functions, broken files) is written once, from this checkout's release.
+``PYTHONPATH``; the cohort is written once, from this checkout's release (``awb_grader.devtools.synth``):
+``synthetic`` (correct work, alternatives, catalogued mistakes, unanswered functions, broken files),
+``adversarial`` (``make adversarial``'s hostile and broken kinds with honest students, and its LMS
+download's unsafe members) or ``shortcuts`` (``tests/test_shortcuts.py``'s: every delegation to the
+workbook's reference, encoded tampering, every contract break, every correct alternative of 04-09).
+Every run's scores, statuses and failed cells (``flags.csv``) are compared with the first run's.
 Besides the wall time, each run's **core-seconds**: the CPU time of the command and of every
 process it started (kernels, replays, sandboxes), read from ``RUSAGE_CHILDREN``: this process
 is their child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so the sandboxed processes that
@@ -79,15 +83,30 @@ def main() -> None:
     ap.add_argument("--exercises", nargs="*", default=["04"])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--cohort", choices=("synthetic", "adversarial", "shortcuts"), default="synthetic")
     a = ap.parse_args()
 
     from awb_grader.devtools import synth
-    from awb_grader.core.course import EXERCISES, assignments
+    from awb_grader.core.course import EXERCISES, REPO, assignments
 
-    names = [n for n in assignments() if n[:2] in {e[:2] for e in a.exercises}]
     work = Path(tempfile.mkdtemp(prefix="awb-trees-"))
-    plan = synth.make_cohort(work / "lms.zip", EXERCISES, names, a.students, seed=7)
-    print(f"compare_trees: {a.students} students x {', '.join(names)}, {a.workers} workers, {a.rounds} rounds")
+    if a.cohort == "adversarial":
+        release = EXERCISES / synth.ADV_ASSIGNMENT / f"{synth.ADV_ASSIGNMENT}.ipynb"
+        plan = synth.adversarial_cohort(work / "in", release, REPO)
+        plan.update(synth.adversarial_download(work / "in", work / "lms.zip", release))
+        a.exercises = [synth.ADV_ASSIGNMENT[:2]]
+    elif a.cohort == "shortcuts":
+        import zipfile
+
+        plan = synth.shortcut_cohort(work / "in")
+        with zipfile.ZipFile(work / "lms.zip", "w") as z:
+            for f in sorted((work / "in").iterdir()):
+                z.write(f, f.name)
+        a.exercises = synth.SHORTCUT_EXERCISES
+    names = [n for n in assignments() if n[:2] in {e[:2] for e in a.exercises}]
+    if a.cohort == "synthetic":
+        plan = synth.make_cohort(work / "lms.zip", EXERCISES, names, a.students, seed=7)
+    print(f"compare_trees: the {a.cohort} cohort x {', '.join(names)}, {a.workers} workers, {a.rounds} rounds")
     print(describe())
     print(f"cohort: {len(plan)} files")
     times: dict[str, list[float]] = {"before": [], "after": []}
@@ -113,6 +132,8 @@ def main() -> None:
             first = first if first is not None else got
             print(f"[{tag}] scores, statuses and failed cells {'the same as' if got == first else 'DIFFER from'} "
                   f"the first run's ({len(got)} rows of flags.csv)")
+            for row in sorted(set(got) ^ set(first)):
+                print(f"    {'only here' if row in got else 'only in the first run'}: {row}")
             print(f"[{tag}] {tree}: {wall:.1f} s for {graded} graded notebooks = {wall / max(graded, 1):.2f} s per "
                   f"notebook of wall time, {core / max(graded, 1):.2f} core-seconds per notebook, "
                   f"rc={res.returncode}  [{load()}]")

@@ -3,7 +3,7 @@
 * no import circle among the modules of ``awb_grader`` and ``attention_workbook``, counting
   every import, also those inside functions;
 * grading a student through the real command (``python -m awb_grader grade``) imports nothing
-  of ``awb_grader.devtools`` (the demo, synthetic cohorts, warm kernels, rehearsals, variants)
+  of ``awb_grader.devtools`` (the demo, synthetic cohorts, rehearsals, variants)
   in any of its processes: the command, its grading worker and the kernel's launcher.
 """
 

@@ -21,12 +21,12 @@ from awb_grader.cohort import run as cohort
 from awb_grader.isolation import tiers
 from awb_grader.verdict import outside as verdict
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
-from awb_grader.core.course import EXERCISES
 from awb_grader.core.outputs import error_text
-from awb_grader.devtools.variants import solution_cells, student_notebook
+from awb_grader.devtools import synth
+from awb_grader.devtools.variants import solution_cells
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
-EXERCISE_IDS = ["04", "05", "06", "07", "08", "09"]
+EXERCISE_IDS = synth.SHORTCUT_EXERCISES
 SHORTCUTS = shortcuts()
 CONTRACT = contract_breaking()
 TIER = tiers.detect().name if tiers.protected() else "limits"
@@ -42,24 +42,7 @@ def graded(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("shortcuts")
     inbox = tmp / "in"
-    inbox.mkdir()
-    honest = {}
-    for sc in SHORTCUTS:
-        a = sc.assignment
-        others = tuple(c for c in solution_cells(a) if c not in sc.cells) if sc.unanswered else ()
-        nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, dict(sc.cells), unanswered=others)
-        nbformat.write(nb, inbox / f"{_student(sc.id)}_{a}.ipynb")
-    for a, m in CONTRACT:
-        nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, {m.cell: m.source, **m.extra_cells})
-        nbformat.write(nb, inbox / f"{_student('contract-' + m.id)}_{a}.ipynb")
-    for a in sorted({sc.assignment for sc in SHORTCUTS}):
-        release = EXERCISES / a / f"{a}.ipynb"
-        nbformat.write(student_notebook(release, a), inbox / f"honest_{a}.ipynb")
-        honest[(a, "honest")] = "the reference solution"
-        for alt in catalog.alternatives(a):
-            st = _student(f"alt-{alt.id}")
-            nbformat.write(student_notebook(release, a, dict(alt.cells)), inbox / f"{st}_{a}.ipynb")
-            honest[(a, st)] = alt.description
+    honest = synth.shortcut_cohort(inbox)
     res = cohort.run_cohort(
         inbox,
         tmp / "course",

@@ -40,6 +40,7 @@ def tier(tmp_path, monkeypatch):
     """This test process configured as a grading process (the tier that runs here; resource limits
     only where none can), with a private folder of its own; its zygote stopped afterwards."""
     monkeypatch.setenv("AWB_PRIVATE_RUNTIME", str(sandbox.short_socket_root()))
+    monkeypatch.delenv("AWB_KERNEL_LOG", raising=False)
     (Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "sock").mkdir()
     mode = tiers.configure(unprotected=not tiers.protected(), say=lambda *a: None)
     if os.geteuid() == 0:
@@ -119,7 +120,9 @@ def test_a_kernel_from_the_zygote_is_a_fresh_process_of_its_own(tier, tmp_path, 
     nb_b = _kernel_run([probe.format(cwd=str(b)), "import time\nwhile True: time.sleep(0.01)", "print('after')"],
                        b, timeout=3)
     lines_a, lines_b = _text(nb_a.cells[0]).splitlines(), _text(nb_b.cells[0]).splitlines()
-    assert lines_a[0] == "True True seen" and lines_b[0] == "True True seen", (lines_a, lines_b)
+    log = Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "kernel.log"
+    said = log.read_text()[-2000:] if log.exists() else "(no kernel log)"
+    assert lines_a[0] == "True True seen" and lines_b[0] == "True True seen", (lines_a, lines_b, said)
     assert lines_a[1] != lines_b[1], "two kernels drew the same NumPy seed"
     assert lines_a[2] == "True False False", "torch preloaded (the zygote's); nothing of the course or the grader"
     assert lines_a[3] == "[]", "the zygote's socket and token never reach a kernel"

@@ -1,3 +1,2 @@
 """The developers' and the course author's tools, never on the path of a grade: the demo, synthetic
-cohorts, warm kernels for trusted notebooks, the release and its generated facts, variants of the
-solutions graded for the tests."""
+cohorts, the release and its generated facts, variants of the solutions graded for the tests."""

@@ -280,3 +280,40 @@ def adversarial_download(folder: Path, dest_zip: Path, release_nb: Path) -> dict
         for name, (_, _, data, _) in extra.items():
             z.writestr(name if name.startswith("..") else f"adversarial/{name}", data)
     return {name: {"student": st, "kind": kind, "expect": expect} for name, (st, kind, _, expect) in extra.items()}
+
+
+SHORTCUT_EXERCISES = ["04", "05", "06", "07", "08", "09"]
+
+
+def shortcut_cohort(inbox: Path) -> dict[tuple[str, str], str]:
+    """The cohort of ``tests/test_shortcuts.py`` written into ``inbox``: every catalogued shortcut
+    (delegation to the workbook's reference in each form, encoded tampering), every contract-breaking
+    mistake, an honest student and every correct alternative of exercises 04-09. Returns
+    {(assignment, student): what they did} of the honest students and the alternatives."""
+    from ..catalog import alternatives
+    from ..catalog.shortcuts import contract_breaking, shortcuts
+    from ..core.course import EXERCISES
+
+    def student(name: str) -> str:
+        return name.replace("_", "-")
+
+    inbox = Path(inbox)
+    inbox.mkdir(parents=True, exist_ok=True)
+    honest = {}
+    for sc in shortcuts():
+        a = sc.assignment
+        others = tuple(c for c in solution_cells(a) if c not in sc.cells) if sc.unanswered else ()
+        nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, dict(sc.cells), unanswered=others)
+        nbformat.write(nb, inbox / f"{student(sc.id)}_{a}.ipynb")
+    for a, m in contract_breaking():
+        nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, {m.cell: m.source, **m.extra_cells})
+        nbformat.write(nb, inbox / f"{student('contract-' + m.id)}_{a}.ipynb")
+    for a in sorted({sc.assignment for sc in shortcuts()}):
+        release = EXERCISES / a / f"{a}.ipynb"
+        nbformat.write(student_notebook(release, a), inbox / f"honest_{a}.ipynb")
+        honest[(a, "honest")] = "the reference solution"
+        for alt in alternatives(a):
+            st = student(f"alt-{alt.id}")
+            nbformat.write(student_notebook(release, a, dict(alt.cells)), inbox / f"{st}_{a}.ipynb")
+            honest[(a, st)] = alt.description
+    return honest

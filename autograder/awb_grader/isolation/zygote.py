@@ -691,7 +691,8 @@ def ensure(mode: str, root: str | None, env: dict, folder, wrapper: list[str] = 
     from pathlib import Path
 
     running = current()
-    key = (mode, root, json.dumps(startup_env({**env, **(running.added if running else {})}), sort_keys=True))
+    key = (mode, root, str(folder),
+           json.dumps(startup_env({**env, **(running.added if running else {})}), sort_keys=True))
     if running is not None and key == _KEY:
         _announce(running)
         return running
@@ -702,7 +703,7 @@ def ensure(mode: str, root: str | None, env: dict, folder, wrapper: list[str] = 
     zenv = {k: v for k, v in env.items() if k != "TMPDIR"}
     zenv.update(HOME=str(home), MPLCONFIGDIR=str(home / "mpl"), IPYTHONDIR=str(home / "ipython"))
     _CURRENT = Zygote(folder, zenv, list(wrapper), cwd=str(folder.parent), fork=fork and not wrapper)
-    _KEY = (mode, root, json.dumps(startup_env({**env, **_CURRENT.added}), sort_keys=True))
+    _KEY = (mode, root, str(folder), json.dumps(startup_env({**env, **_CURRENT.added}), sort_keys=True))
     _announce(_CURRENT)
     if not _STOP_AT_EXIT:
         import atexit
