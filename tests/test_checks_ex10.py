@@ -92,7 +92,7 @@ def test_a_store_past_the_last_row_is_named():
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        with own.trusting(), pytest.raises(CheckFailed, match="wrote past row T - 1"):
+        with own.trusting(), pytest.raises(CheckFailed, match="wrote outside O"):
             checks.flash_kernel_padding(mod.flash_attention_kernel)
     finally:
         path.unlink()
@@ -101,7 +101,8 @@ def test_a_store_past_the_last_row_is_named():
 def test_hidden_checks_replayed_outside_fail_a_mistake(tmp_path):
     """The outside verdict launches the learner's kernels in its replay process (the ``launch``
     message): the solution passes there (tests/test_adversarial.py, for every exercise), and a kernel
-    whose accumulator is not rescaled fails there, in every cell that uses it."""
+    whose accumulator is not rescaled fails there, in the kernel's cells; the launcher's cell passes,
+    since it is called with a stand-in kernel bound to its name (``call`` with ``rebind``)."""
     import nbformat
 
     from awb_grader import catalog
@@ -119,4 +120,4 @@ def test_hidden_checks_replayed_outside_fail_a_mistake(tmp_path):
     assert got["test_softmax_kernel_values"] == "pass", got
     assert got["test_flash_kernel_values"].startswith("fail") and "hidden test: flash_attention_kernel" in \
         got["test_flash_kernel_values"], got
-    assert got["test_flash_attention_values"].startswith("fail"), got
+    assert got["test_flash_attention_values"] == "pass", got
