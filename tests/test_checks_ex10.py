@@ -121,3 +121,87 @@ def test_hidden_checks_replayed_outside_fail_a_mistake(tmp_path):
     assert got["test_flash_kernel_values"].startswith("fail") and "hidden test: flash_attention_kernel" in \
         got["test_flash_kernel_values"], got
     assert got["test_flash_attention_values"] == "pass", got
+
+
+def test_every_tensor_the_checks_hand_to_a_kernel_is_on_the_kernels_device(monkeypatch):
+    """On a GPU a kernel refuses tensors on the CPU. No GPU here, so the checks and the battery are made to
+    believe the kernels' device is "meta" (a device every PyTorch has, holding no data): the first launch of
+    every check records where the tensors it passes are, kernel and stand-in alike, and stops there."""
+    from attention_workbook.checks import battery
+    from attention_workbook.checks.battery import ex10 as randomized
+
+    class Stop(Exception):
+        pass
+
+    seen: list[tuple[str, set]] = []
+
+    def record(where):
+        def stop(*args, **kwargs):
+            flat = [a for a in args if isinstance(a, torch.Tensor)]
+            for a in args:
+                if isinstance(a, (tuple, list)):
+                    flat += [t for t in a if isinstance(t, torch.Tensor)]
+                if isinstance(a, dict):
+                    flat += [t for t in a.values() if isinstance(t, torch.Tensor)]
+            seen.append((where, {t.device.type for t in flat}))
+            raise Stop
+        return stop
+
+    monkeypatch.setattr(checks, "device", lambda: "meta")
+    monkeypatch.setattr(checks, "launch_kernel", record("kernel"))
+    monkeypatch.setattr(checks, "_attention", lambda q, k, v, causal: torch.zeros(q.shape, dtype=torch.float64))
+    monkeypatch.setattr(checks.KernelStandIn, "_emulate", lambda self, grid, a: record("stand-in")(*a.values()))
+    answers = {"softmax_kernel": ta.softmax_kernel, "flash_attention_kernel": ta.flash_attention_kernel,
+               "flash_attention": ta.flash_attention_forward}
+    items = battery.ITEMS[A]
+    with own.trusting():
+        for item in items:
+            for check in (getattr(checks, item.check),
+                          lambda *a, _c=getattr(randomized, item.check): _c(*a, g=torch.Generator().manual_seed(0))):
+                before = len(seen)
+                with pytest.raises((Stop, CheckFailed)):
+                    check(*[answers[n] for n in item.args])
+                assert len(seen) == before + 1, f"{item.check}: no launch recorded"
+    assert len(seen) == 2 * len(items)
+    assert all(devices == {"meta"} for _, devices in seen), seen
+
+
+def test_lecture_10_makes_every_tensor_a_kernel_reads_on_DEVICE():
+    """Lecture 10 on a GPU: in every cell that launches a kernel, each tensor made there is made on DEVICE
+    (``device=DEVICE`` or ``.to(DEVICE)``), DEVICE is tritonenv's, and the timing cell waits for the GPU."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(REPO / "lectures" / f"{A}.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert any("DEVICE = tritonenv.DEVICE" in src for src in code)
+    factories = {"randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor", "linspace"}
+    launching, problems = 0, []
+    for src in code:
+        tree = ast.parse("\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+        launches = any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Subscript)      # kernel[grid](...)
+                                                    or ast.unparse(n.func).startswith("ta."))  # the package's
+                       for n in ast.walk(tree))
+        if not launches:
+            continue
+        launching += 1
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in factories
+                    and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch"):
+                continue
+            if any(k.arg == "device" and ast.unparse(k.value) == "DEVICE" for k in n.keywords):
+                continue
+            up, moved = n, False
+            while up in parents:                         # a .to(DEVICE) on the way up the expression
+                up = parents[up]
+                if isinstance(up, ast.Call) and isinstance(up.func, ast.Attribute) and up.func.attr == "to" \
+                        and any(ast.unparse(a) == "DEVICE" for a in up.args):
+                    moved = True
+                    break
+            if not moved:
+                problems.append(f"line {n.lineno}: {ast.unparse(n)[:80]}")
+    assert launching >= 8 and not problems, problems
+    timing = next(src for src in code if "median_time" in src and "perf_counter" in src)
+    assert timing.count("torch.cuda.synchronize()") >= 2 and "INTERPRETED" in timing
