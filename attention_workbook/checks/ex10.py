@@ -52,8 +52,9 @@ SEC_UNCHECKED = f"lecture 10, section 10 'What the interpreter does not check' (
 NO_SDPA = ("the attention is the kernel's work: F.scaled_dot_product_attention and the softmax built-ins are off "
            "limits in flash_attention")
 LOG2E = 1 / math.log(2)            # log2(e): exp(x) = exp2(x * log2(e))
-PAD_ROWS = 64                      # NaN rows after every input: a whole query tile (BLOCK_M <= 64) past row T - 1
-FRONT_ROWS = 16                    # NaN rows before it
+PAD_ROWS = 64                      # NaN rows after every tensor: a whole query tile (BLOCK_M <= 64) past row T - 1
+# and before it, at least a whole tensor's worth: an address computed with a sign slipped (b * stride_b subtracted)
+# lands in NaN the check owns, not in memory the notebook needs (the interpreter checks no address)
 
 
 def device() -> str:
@@ -99,19 +100,27 @@ def in_nan(values: torch.Tensor, size: int, make_view, dtype=None, dev=None) -> 
     return view
 
 
+def _lead(n: int, d: int) -> int:
+    """NaN elements before a tensor of ``n`` elements and rows of ``d``."""
+    return n + PAD_ROWS * d
+
+
 def front(values: torch.Tensor, dtype=None, dev=None) -> torch.Tensor:
-    """``values`` (..., T, D) as a contiguous tensor with FRONT_ROWS rows of NaN before it and PAD_ROWS after it."""
+    """``values`` (..., T, D) as a contiguous tensor in the middle of a NaN buffer (a tensor's worth and PAD_ROWS
+    rows before it, PAD_ROWS rows after it)."""
     d = values.size(-1)
-    n, lead = values.numel(), FRONT_ROWS * d
-    return in_nan(values, lead + n + PAD_ROWS * d,
-                  lambda buf: buf[lead:lead + n].view(values.shape), dtype, dev)
+    n = values.numel()
+    lead = _lead(n, d)
+    return in_nan(values, lead + n + PAD_ROWS * d, lambda buf: buf[lead:lead + n].view(values.shape), dtype, dev)
 
 
 def nan_output(shape, dtype=torch.float32, dev=None) -> torch.Tensor:
-    """An output view at the front of a NaN-filled buffer (PAD_ROWS more rows after it)."""
+    """An output view in the middle of a NaN-filled buffer (as ``front``): what a kernel stores outside it stays
+    in the buffer, where ``outside_changed`` reads it."""
     n = math.prod(shape)
-    buf = torch.full((n + PAD_ROWS * shape[-1],), float("nan"), dtype=dtype, device=dev or device())
-    return buf[:n].view(shape)
+    lead = _lead(n, shape[-1])
+    buf = torch.full((lead + n + PAD_ROWS * shape[-1],), float("nan"), dtype=dtype, device=dev or device())
+    return buf[lead:lead + n].view(shape)
 
 
 def storage_of(t: torch.Tensor) -> torch.Tensor:
@@ -314,7 +323,7 @@ def softmax_kernel_values(softmax_kernel) -> None:
 def softmax_stride_variants(x, wide, off, y_stride, want) -> dict[str, torch.Tensor]:
     """What the row-addressing mistakes write into y (NaN where nothing is written), for x = wide[:, off:off + n]."""
     rows, n = x.shape
-    flat = wide.reshape(-1).cpu().double()
+    flat = wide.reshape(-1).cpu().double()                         # (wide: contiguous, its own rows only)
     packed = torch.stack([flat[off + r * n: off + r * n + n] for r in range(rows)])     # rows read n_cols apart
     out = {"the rows are read n_cols apart: row r of the input starts at X + r * stride_x": packed.softmax(-1)}
 
@@ -333,10 +342,10 @@ def softmax_kernel_strides(softmax_kernel) -> None:
     """Rows that do not follow each other: x a slice of a wider tensor, y with a stride of its own."""
     g = torch.Generator().manual_seed(11)
     dev = device()
-    wide = in_nan(torch.randn(5, 24, generator=g) * 2, 6 * 24, lambda b: b[:5 * 24].view(5, 24))
+    wide = in_nan(torch.randn(5, 24, generator=g) * 2, 16 * 24, lambda b: b[5 * 24:10 * 24].view(5, 24))
     x = wide[:, 3:13]                                               # (5, 10), row stride 24
-    big = torch.full((6, 32), float("nan"), device=dev)
-    y = big[:5, :10]                                                # row stride 32
+    big = torch.full((16, 32), float("nan"), device=dev)
+    y = big[5:10, :10]                                              # row stride 32
     _softmax_launch(softmax_kernel, x, y, 16)
     want = torch.softmax(x.double().cpu(), dim=-1)
     if close(y.cpu(), want, atol=atol()) and not outside_changed(y):
@@ -655,17 +664,19 @@ def flash_kernel_causal(flash_attention_kernel) -> None:
 def layouts(g, B, H, T, D, dtype=torch.float32, dev=None):
     """q, k, v and an output view, none of them contiguous: heads split by a transpose, keys stored
     transposed (stride_kd != 1), values a slice of wider rows, the output written through a transpose. Each
-    lives in a NaN buffer with PAD_ROWS positions after row T - 1, all four buffers as long as the longest
-    twice over: read with another tensor's strides, each stays inside its own NaN."""
+    lives in a NaN buffer with PAD_ROWS positions after row T - 1, in the middle of NaN as long as the longest
+    layout twice over on each side: read with another tensor's strides, or a sign slipped, each stays inside its
+    own NaN."""
     P = PAD_ROWS
     shapes = {"q": (B, T + P, H, D), "k": (B, H, D, T + P), "v": (B, H, T + P, 2 * D), "o": (B, T + P, H, D)}
     cap = 2 * max(math.prod(s) for s in shapes.values())
-    part = lambda name: (lambda buf: buf[:math.prod(shapes[name])].view(shapes[name]))
-    q = in_nan(torch.randn(B, T, H, D, generator=g), cap, lambda b: part("q")(b)[:, :T], dtype, dev).transpose(1, 2)
-    k = in_nan(torch.randn(B, H, D, T, generator=g), cap, lambda b: part("k")(b)[..., :T], dtype,
+    part = lambda name: (lambda buf: buf[cap:cap + math.prod(shapes[name])].view(shapes[name]))   # cap NaN before
+    q = in_nan(torch.randn(B, T, H, D, generator=g), 3 * cap, lambda b: part("q")(b)[:, :T], dtype,
+               dev).transpose(1, 2)
+    k = in_nan(torch.randn(B, H, D, T, generator=g), 3 * cap, lambda b: part("k")(b)[..., :T], dtype,
                dev).transpose(-1, -2)
-    v = in_nan(torch.randn(B, H, T, D, generator=g), cap, lambda b: part("v")(b)[:, :, :T, D:], dtype, dev)
-    o = torch.full((cap,), float("nan"), dtype=dtype, device=dev or device())
+    v = in_nan(torch.randn(B, H, T, D, generator=g), 3 * cap, lambda b: part("v")(b)[:, :, :T, D:], dtype, dev)
+    o = torch.full((3 * cap,), float("nan"), dtype=dtype, device=dev or device())
     o = part("o")(o)[:, :T].transpose(1, 2)
     return q, k, v, o
 

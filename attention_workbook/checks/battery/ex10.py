@@ -29,12 +29,12 @@ def softmax_kernel_strides(softmax_kernel, g) -> None:
     rows, n = randint(g, 2, 5), randint(g, 3, 30)
     off = randint(g, 0, 4)
     width = n + off + randint(g, 1, 8)
-    wide = visible.in_nan(torch.randn(rows, width, generator=g), (rows + 1) * width,
-                          lambda b: b[:rows * width].view(rows, width))
+    wide = visible.in_nan(torch.randn(rows, width, generator=g), (2 * rows + 2) * width,
+                          lambda b: b[rows * width:2 * rows * width].view(rows, width))   # NaN before and after
     x = wide[:, off:off + n]
     ys = n + randint(g, 1, 12)                      # the output's own row stride
-    big = torch.full((rows + 1, ys), float("nan"), device=visible.device())
-    y = big[:rows, :n]
+    big = torch.full((2 * rows + 2, ys), float("nan"), device=visible.device())
+    y = big[rows:2 * rows, :n]
     visible._softmax_launch(softmax_kernel, x, y, _block(n))
     want = torch.softmax(x.double().cpu(), dim=-1)
     if visible.close(y.cpu(), want, atol=visible.atol()) and not visible.outside_changed(y):

@@ -39,22 +39,24 @@ def _attention(q, k, v, causal):
     return torch.einsum("bhts,bhsd->bhtd", w / w.sum(-1, keepdim=True), v)
 
 
-def _inside_nan(x: torch.Tensor, before: int = 16, after: int = 64) -> torch.Tensor:
-    """``x`` (..., T, D) copied into a contiguous view with ``before`` rows of NaN ahead of it and ``after`` rows
-    behind it in one buffer."""
-    d = x.size(-1)
-    buf = torch.full((x.numel() + (before + after) * d,), float("nan"), dtype=x.dtype)
-    view = buf[before * d:before * d + x.numel()].view(x.shape)
+def _inside_nan(x: torch.Tensor, after: int = 64) -> torch.Tensor:
+    """``x`` (..., T, D) copied into a contiguous view of a NaN buffer: ``after`` rows of NaN behind it, and a
+    tensor's worth and ``after`` rows ahead of it (an address with a sign slipped stays in NaN the check owns)."""
+    d, n = x.size(-1), x.numel()
+    lead = n + after * d
+    buf = torch.full((lead + n + after * d,), float("nan"), dtype=x.dtype)
+    view = buf[lead:lead + n].view(x.shape)
     view.copy_(x)
     return view
 
 
 def _front(shape, dtype=torch.float32, extra=256):
-    """A tensor of ``shape`` at the front of a NaN-filled buffer ``extra`` rows longer (a store past its end
-    lands there, in memory the check owns)."""
+    """A tensor of ``shape`` in a NaN-filled buffer, ``extra`` rows longer after it (a store past its end lands
+    there, in memory the check owns) and as long again before it."""
     n = math.prod(shape)
-    big = torch.full((n + extra * max(shape[-1], 16),), float("nan"), dtype=dtype)
-    return big[:n].view(shape)
+    lead = n + extra * max(shape[-1], 16)
+    big = torch.full((2 * lead + n,), float("nan"), dtype=dtype)
+    return big[lead:lead + n].view(shape)
 
 
 # ----------------------------------------------------------------------------------------
@@ -84,10 +86,10 @@ def softmax_kernel_strides(softmax_kernel) -> None:
         rows, n = randint(g, 2, 6), randint(g, 3, 30)
         block = 1 << max(4, (n - 1).bit_length())
         off = randint(g, 0, 5)
-        wide = torch.randn(rows, n + off + randint(g, 1, 9), generator=g) * 3
+        wide = _inside_nan(torch.randn(rows, n + off + randint(g, 1, 9), generator=g) * 3)
         x = wide[:, off:off + n]
-        ybig = torch.full((rows + 2, n + randint(g, 1, 12)), float("nan"))
-        y = ybig[:rows, :n]
+        ybig = torch.full((2 * rows + 2, n + randint(g, 1, 12)), float("nan"))
+        y = ybig[rows:2 * rows, :n]
         _softmax(softmax_kernel, x, y, block)
         want = torch.softmax(x.double(), dim=-1)
         case = f"x a ({rows}, {n}) slice of {tuple(wide.shape)} (stride {x.stride(0)}), y stride {y.stride(0)}"
@@ -124,14 +126,14 @@ def _kernel_case(kernel, shape, causal, bm, bn, g, scale=1.5, layouts=False, dty
     if layouts:                                   # each in a NaN buffer twice as long as the longest layout
         P = 64
         cap = 2 * B * H * (T + P) * (2 * D + 8)
-        nan = lambda: torch.full((cap,), float("nan"), dtype=dtype)
-        q = nan()[:B * (T + P) * H * D].view(B, T + P, H, D)[:, :T].transpose(1, 2)
-        k = nan()[:B * H * D * (T + P)].view(B, H, D, T + P)[..., :T].transpose(-1, -2)
+        nan = lambda n: torch.full((3 * cap,), float("nan"), dtype=dtype)[cap:cap + n]    # cap NaN on each side
+        q = nan(B * (T + P) * H * D).view(B, T + P, H, D)[:, :T].transpose(1, 2)
+        k = nan(B * H * D * (T + P)).view(B, H, D, T + P)[..., :T].transpose(-1, -2)
         w = D + randint(g, 1, 8)
-        v = nan()[:B * H * (T + P) * w].view(B, H, T + P, w)[:, :, :T, -D:]
+        v = nan(B * H * (T + P) * w).view(B, H, T + P, w)[:, :, :T, -D:]
         for t in (q, k, v):
             t.copy_(torch.randn(B, H, T, D, generator=g))
-        o = nan()[:B * (T + P) * H * D].view(B, T + P, H, D)[:, :T].transpose(1, 2)
+        o = nan(B * (T + P) * H * D).view(B, T + P, H, D)[:, :T].transpose(1, 2)
     else:
         q, k, v = (_inside_nan((torch.randn(B, H, T, D, generator=g) * scale).to(dtype)) for _ in range(3))
         o = _front(shape, dtype)
