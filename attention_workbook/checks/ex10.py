@@ -806,14 +806,19 @@ class KernelStandIn:
                                  "to its first element)")
             return
         try:
-            H, T, D, bm = int(a["H"]), int(a["T"]), int(a["D"]), int(a["BLOCK_M"])
+            H, T, D, bm, bn = int(a["H"]), int(a["T"]), int(a["D"]), int(a["BLOCK_M"]), int(a["BLOCK_N"])
             scale, causal = float(a["scale"]), bool(a["CAUSAL"])
             strides = {t: [int(a[f"stride_{t}{x}"]) for x in "bhtd"] for t in "qkvo"}
         except (TypeError, ValueError) as e:
-            self.problems.append(f"H, T, D, BLOCK_M, scale, CAUSAL and the strides must be numbers ({e})")
+            self.problems.append(f"H, T, D, BLOCK_M, BLOCK_N, scale, CAUSAL and the strides must be numbers ({e})")
             return
-        if H < 1 or bm < 1 or D < 1 or T < 0:
-            self.problems.append(f"H = {H}, T = {T}, D = {D}, BLOCK_M = {bm}: sizes must be positive")
+        if H < 1 or T < 0 or min(bm, bn, D) < 1:
+            self.problems.append(f"H = {H}, T = {T}, D = {D}, BLOCK_M = {bm}, BLOCK_N = {bn}: sizes must be positive")
+            return
+        odd = [f"{n} = {x}" for n, x in (("BLOCK_M", bm), ("BLOCK_N", bn), ("D", D)) if x & (x - 1)]
+        if odd:                                  # a real kernel's tl.arange(0, n) refuses them
+            self.problems.append(f"{', '.join(odd)} passed: the kernel's tile sizes must be powers of 2 "
+                                 "(block_m and block_n default to 16)")
             return
         Q, K, V, O = tensors
         flats = [storage_of(t).cpu().double() for t in (Q, K, V)]
@@ -930,9 +935,12 @@ def _launcher_case(fn, q, k, v, what, causal=None, blocks=None, reread=SEC_MODEL
             if watch is not None:
                 watch.seen = watch("stop")
     if standin.problems:
-        raise CheckFailed(f"flash_attention on {what}: {standin.problems[0]}", reread=reread,
-                          hint="launch flash_attention_kernel[grid](q, k, v, o, the 16 strides, H, T, scale, "
-                               "CAUSAL=..., BLOCK_M=..., BLOCK_N=..., D=...)")
+        problem = standin.problems[0]
+        hint = ("block_m and block_n are the kernel's BLOCK_M and BLOCK_N: powers of 2, 16 unless the caller says "
+                "otherwise" if "powers of 2" in problem else
+                "launch flash_attention_kernel[grid](q, k, v, o, the 16 strides, H, T, scale, CAUSAL=..., "
+                "BLOCK_M=..., BLOCK_N=..., D=...)")
+        raise CheckFailed(f"flash_attention on {what}: {problem}", reread=reread, hint=hint)
     if standin.count == 0:
         raise CheckFailed(f"flash_attention on {what} never launched {KERNEL}", reread=reread, hint=NOT_LAUNCHED)
     out = expect_tensor(out, "flash_attention", reread)

@@ -220,6 +220,11 @@ MISTAKES = [
         source=edit(A, "flash_attention", ("CAUSAL=causal", "CAUSAL=False")),
         must_fail=LAUNCHER, hint="CAUSAL is not passed on"),
     Mistake(
+        id="launcher_default_block_17", cell="flash_attention",
+        description="a default block size of 17 (not a power of 2): right whenever the caller passes block_m",
+        source=edit(A, "flash_attention", ("block_m: int = 16, block_n: int = 16)", "block_m: int = 17, block_n: int = 16)")),
+        must_fail=LAUNCHER, hint="powers of 2", label="default block size 17", visible=True),
+    Mistake(
         id="launcher_attention_in_torch", cell="flash_attention",
         description="the attention computed in PyTorch with a (T, T) score matrix: the kernel is never launched",
         source=_TORCH_LAUNCHER,

@@ -247,6 +247,10 @@ def _launcher_case(fn, q, k, v, causal, blocks, case, watch=None):
     if not A.get(standin, "count"):
         raise CheckFailed("hidden test: flash_attention never launched flash_attention_kernel",
                           details=[f"case: {case}"])
+    problems = A.get(standin, "problems")
+    if problems:
+        raise CheckFailed("hidden test: flash_attention launched flash_attention_kernel wrongly",
+                          details=[f"case: {case}", str(problems[0])[:200]])
     want = _attention(q, k, v, bool(causal))
     tol = TOL if q.dtype == torch.float32 else 2 * float((want.half().double() - want).abs().max()) + 1e-3
     if not isinstance(out, torch.Tensor) or out.dtype != q.dtype or not close(out, want, atol=tol):
