@@ -205,3 +205,34 @@ def test_lecture_10_makes_every_tensor_a_kernel_reads_on_DEVICE():
     assert launching >= 8 and not problems, problems
     timing = next(src for src in code if "median_time" in src and "perf_counter" in src)
     assert timing.count("torch.cuda.synchronize()") >= 2 and "INTERPRETED" in timing
+
+
+def test_importing_the_workbooks_kernels_is_named_at_once_and_by_the_grader():
+    """``attention_workbook.triton_attention`` holds kernels that pass every check: imported as the answers,
+    the visible checks and the battery say at once that they are the workbook's (a Triton kernel is judged by
+    the function it wraps), and the grader's static reading flags them; the launcher that launches the
+    imported kernel is flagged as well, in all three (sandboxed grading agrees: 0/14, flagged)."""
+    import nbrun
+    from attention_workbook.checks import battery
+    from awb_grader.verdict import delegation
+
+    imports = {"softmax_kernel": "from attention_workbook.triton_attention import softmax_kernel\n",
+               "flash_attention_kernel": "from attention_workbook.triton_attention import flash_attention_kernel\n"}
+    ns = nbrun.namespace(A, imports)
+    first = [t[0] for t in graded.TESTS[A] if t[0] in ("test_softmax_kernel_values", "test_flash_kernel_values",
+                                                        "test_flash_attention_values")]
+    for gid, result in nbrun.run_tests(A, ns, first, "visible").items():
+        assert result.message and "the workbook's reference" in result.message, (gid, result.message)
+    saved = list(battery.ITEMS[A])
+    battery.ITEMS[A] = [it for it in saved if it.cell in first]
+    try:
+        report = battery.run(A, ns, progress=False)
+    finally:
+        battery.ITEMS[A] = saved
+    assert report.earned == 0 and all("attention_workbook.triton_attention" in r.verdict for r in report.rows), \
+        report.table()
+    launcher = nbrun.answers(A)["flash_attention"]
+    found = delegation.scan([*imports.values(), launcher], [*imports.values(), launcher], "10")
+    assert found["softmax_kernel"] == ["is attention_workbook.triton_attention.softmax_kernel"]
+    assert found["flash_attention_kernel"] == ["is attention_workbook.triton_attention.flash_attention_kernel"]
+    assert found["flash_attention"] == ["uses attention_workbook.triton_attention.flash_attention_kernel"]
