@@ -931,6 +931,12 @@ def _launcher_case(fn, q, k, v, what, causal=None, blocks=None, reread=SEC_MODEL
             watch("start")
         try:
             out = call(lambda *a, **kws: fn(*a, **kws), q, k, v, name="flash_attention", reread=reread, **kw)
+        except CheckFailed as e:
+            if "masks are bool" not in (e.hint or ""):      # core's dtype hint is about masks: not here
+                raise
+            raise CheckFailed(e.title, reread=e.reread, details=e.details, student_tb=e.student_tb,
+                              hint="a dtype where PyTorch wants something else: the output is allocated with "
+                                   "dtype=q.dtype and device=q.device; the tensors are passed as they are") from None
         finally:
             if watch is not None:
                 watch.seen = watch("stop")
