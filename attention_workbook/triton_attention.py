@@ -66,9 +66,11 @@ def flash_attention_kernel(Q, K, V, O,
                            stride_vb, stride_vh, stride_vt, stride_vd,
                            stride_ob, stride_oh, stride_ot, stride_od,
                            H, T, scale,
-                           CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+                           CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                           FP16_ACC: tl.constexpr = False):
     """O[b, h] = softmax(Q[b, h] K[b, h]^T * scale) V[b, h] for one tile of BLOCK_M queries.
-    Grid: (cdiv(T, BLOCK_M), B * H); program (i, b * H + h)."""
+    Grid: (cdiv(T, BLOCK_M), B * H); program (i, b * H + h). ``FP16_ACC`` keeps acc in float16: the mistake
+    lecture 10, section 9 measures (never use it)."""
     i, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     rows = i * BLOCK_M + tl.arange(0, BLOCK_M)                # (BLOCK_M,) this program's queries
@@ -78,6 +80,8 @@ def flash_attention_kernel(Q, K, V, O,
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)         # running maximum
     l = tl.zeros([BLOCK_M], tl.float32)                       # running sum of exp(s - m)
     acc = tl.zeros([BLOCK_M, D], tl.float32)                  # running sum of exp(s - m) v
+    if FP16_ACC:
+        acc = tl.zeros([BLOCK_M, D], tl.float16)              # (the mistake: rounded to fp16 at every tile)
     end = T
     if CAUSAL:
         end = tl.minimum((i + 1) * BLOCK_M, T)                # causal: no key tile after the diagonal
@@ -96,7 +100,7 @@ def flash_attention_kernel(Q, K, V, O,
         alpha = tl.exp(m - m_new)                             # rescales what l and acc hold so far
         p = tl.exp(s - m_new[:, None])                        # (BLOCK_M, BLOCK_N)
         l = l * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)).to(acc.dtype)
         m = m_new
     out = acc / l[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims[None, :] * stride_od,
@@ -104,11 +108,13 @@ def flash_attention_kernel(Q, K, V, O,
 
 
 def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                            block_m: int = 16, block_n: int = 16) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v for q, k, v (B, H, T, D) of any strides; D a power of 2 (>= 16 on a GPU)."""
+                            block_m: int = 16, block_n: int = 16, fp16_accumulator: bool = False) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v for q, k, v (B, H, T, D) of any strides; D a power of 2 (>= 16 on a GPU).
+    ``fp16_accumulator`` is lecture 10's demonstration of the wrong way (acc rounded to fp16)."""
     B, H, T, D = q.shape
     o = torch.empty((B, H, T, D), dtype=q.dtype, device=q.device)
     grid = (triton.cdiv(T, block_m), B * H)
     flash_attention_kernel[grid](q, k, v, o, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-                                 H, T, 1 / math.sqrt(D), CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D)
+                                 H, T, 1 / math.sqrt(D), CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D,
+                                 FP16_ACC=fp16_accumulator)
     return o

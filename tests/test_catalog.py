@@ -18,6 +18,12 @@ from awb_grader.core.outputs import error_text
 from awb_grader.devtools.variants import grade_variants, solution_cells
 
 
+# Exercises whose every catalogued mistake loses exactly its must_fail cells, no more (exercise 10: a kernel
+# mistake costs the kernel's cells, never the launcher's; the battery forecasts the same cells,
+# tests/test_battery.py)
+EXACT_LOSSES = {"10_flash_attention_triton"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
 def test_catalog(assignment, tmp_path, monkeypatch):
@@ -44,6 +50,10 @@ def test_catalog(assignment, tmp_path, monkeypatch):
         kept = [c for c in m.must_fail if scores.get(c) is None or scores[c] >= graded.max_scores[c]]
         if kept:
             problems.append(f"{m.id}: kept full points on {kept} (scores {scores})")
+        if assignment in EXACT_LOSSES:
+            lost = sorted(c for c, sc in scores.items() if sc < graded.max_scores[c])
+            if lost != sorted(m.must_fail):
+                problems.append(f"{m.id}: loses {lost}, its must_fail names {sorted(m.must_fail)}")
         if m.visible:
             surprise = [c for c, sc in scores.items() if sc < graded.max_scores[c] and c not in m.must_fail]
             if surprise:

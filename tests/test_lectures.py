@@ -1,6 +1,7 @@
 """Every lecture runs top to bottom (nbclient) and has what every lecture promises."""
 
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -25,6 +26,28 @@ def test_lecture_structure(path):
     assert "What you should now be able to do" in text
     assert f"exercises/{path.stem}/{path.stem}.ipynb" in text, "ends with a pointer to its exercise"
     assert os.path.getsize(path) < 3_000_000, "keep stored outputs small"
+
+
+# a cell that draws with matplotlib: what must leave a picture in the stored notebook
+PLOTS = re.compile(r"plt\.(show|subplots|figure|plot|imshow|bar|barh|scatter)\b|"
+                   r"\.(plot|imshow|bar|barh|hist|scatter|matshow|pcolormesh)\(|attention_heatmap\(|heatmap_grid\(")
+PICTURES = {"image/png", "image/svg+xml", "application/vnd.jupyter.widget-view+json"}
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_every_plotting_cell_is_stored_with_its_picture(path):
+    """A lecture is read on GitHub from its stored outputs: every cell that draws holds an image (or, for a
+    widget, its view). Executing with MPLBACKEND=Agg (the Makefile's) stores none: execute lectures with
+    matplotlib's inline backend (`env -u MPLBACKEND jupytext --execute ...`, CONTRIBUTING.md)."""
+    nb = nbformat.read(path, as_version=4)
+    missing = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code" or not PLOTS.search(c.source):
+            continue
+        kinds = {k for o in c.get("outputs", []) for k in o.get("data", {})}
+        if not kinds & PICTURES:
+            missing.append(f"cell {i} ({c.source.splitlines()[0][:50]})")
+    assert not missing, f"{path.name}: plotting cells stored without a picture: {missing}"
 
 
 def _slowest_cells(nb, n=3) -> str:

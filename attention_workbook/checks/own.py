@@ -36,7 +36,21 @@ EXERCISES: dict[str, dict] = {
 }
 
 
+def kernel_function(obj):
+    """The Python function behind a Triton kernel (``@triton.jit``: a ``JITFunction``, or under the
+    interpreter an ``InterpretedFunction``, each holding it as ``.fn``), else None. Read without
+    importing Triton: a kernel's class lives in ``triton.runtime``."""
+    fn = getattr(obj, "fn", None) if type(obj).__module__.startswith("triton.") else None
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def unwrap(obj):
+    """A Triton kernel's function, anything else as it is: a kernel is judged by the code it runs."""
+    return kernel_function(obj) or obj
+
+
 def qualified(obj) -> str:
+    obj = unwrap(obj)
     if isinstance(obj, types.ModuleType):
         return obj.__name__
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
@@ -47,7 +61,8 @@ def _in_package(name: str) -> bool:
 
 
 def is_reference(obj, exercise: str) -> bool:
-    """A package object (module, function, class) that is neither neutral nor provided."""
+    """A package object (module, function, class, Triton kernel) that is neither neutral nor provided."""
+    obj = unwrap(obj)
     if isinstance(obj, types.ModuleType):
         name = obj.__name__
     elif isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
@@ -135,6 +150,13 @@ class _Finder:
 
     def value(self, v, attrs=(), const=None, how="uses") -> None:
         """A value the student's code loads (then reads ``attrs`` of)."""
+        kernel = kernel_function(v)
+        if kernel is not None:                      # a Triton kernel: the package's, or the student's
+            if is_reference(kernel, self.exercise):
+                self.note(how, kernel)
+            elif self.is_student(kernel):
+                self.visit(v)
+            return
         if isinstance(v, types.ModuleType):
             if not _in_package(v.__name__):
                 return
@@ -143,7 +165,7 @@ class _Finder:
                 if nxt is None:
                     break
                 if not isinstance(nxt, types.ModuleType):
-                    if is_reference(nxt, self.exercise):
+                    if is_reference(nxt, self.exercise):      # (a Triton kernel too: is_reference unwraps it)
                         self.note(how, nxt)
                     return
                 v = nxt
@@ -184,6 +206,12 @@ class _Finder:
         return True
 
     def visit(self, obj, top: bool = False) -> None:
+        kernel = kernel_function(obj)
+        if kernel is not None:                      # a graded kernel of the student's: its Python function
+            if not top and getattr(kernel, "__name__", "") in self.graded and self.namespace is not None \
+                    and self.namespace.get(kernel.__name__) is obj:
+                return                              # another graded item: judged on its own
+            obj = kernel
         if id(obj) in self.seen:
             return
         self.seen.add(id(obj))
@@ -249,6 +277,14 @@ def reference_uses(obj, exercise: str, namespace: dict | None = None) -> list[st
     """What ``obj`` (a student's function, class or instance) reaches in the package that the
     exercise does not provide: ["subclasses attention_workbook.mha.MultiHeadAttention", ...]."""
     f = _Finder(exercise, namespace)
+    if kernel_function(obj) is not None:            # a Triton kernel: the function it runs
+        fn = kernel_function(obj)
+        if is_reference(fn, exercise):
+            return [f"is {qualified(fn)}"]
+        if f.is_student(fn):
+            f.seen.add(id(obj))
+            f.visit(fn, top=True)
+        return f.found
     if isinstance(obj, (types.FunctionType, type)):
         if is_reference(obj, exercise):
             return [f"is {qualified(obj)}"]
@@ -297,6 +333,7 @@ def check(fn, name: str) -> None:
 
     if _TRUSTING[-1]:
         return
+    fn = unwrap(fn)                                 # a Triton kernel: the function it runs
     if isinstance(fn, types.MethodType) or getattr(type(fn), "__module__", "").startswith("awb_grader"):
         return
     mod = getattr(fn, "__module__", None) if isinstance(fn, (type, types.FunctionType)) else type(fn).__module__

@@ -19,8 +19,11 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
 ``nn.Module``, which of the student's classes it is an instance of):
 
 ``call``      target (a top-level name or a reference), args, kwargs; optional ``seed``
-              (``torch.manual_seed`` first) and ``forbid`` (built-ins blocked during the call);
-              what it did in place to its tensor arguments comes back as ``effects``
+              (``torch.manual_seed`` first), ``forbid`` (built-ins blocked during the call) and
+              ``rebind`` ({top-level name: value}, e.g. a checker object from ``make``, in the
+              student's namespace during the call only: exercise 10's launcher is called with a
+              stand-in for its kernel); what it did in place to its tensor arguments comes back
+              as ``effects``
 ``train``     target, mode: ``target.train(mode)``
 ``params``    target, prefix: [(name, tensor)] of ``named_parameters()``
 ``load``      target, values {dotted path: tensor}: copied into the object's own tensors
@@ -155,6 +158,8 @@ class Server:
             with contextlib.ExitStack() as stack:
                 for targets, why in req.get("forbid") or []:
                     stack.enter_context(core.forbid([(A.resolve_owner(o), a) for o, a in targets], why))
+                for name, value in self.decode(req.get("rebind") or {}).items():
+                    stack.enter_context(A.rebound_in(self.ns, name, value))
                 if op == "launch":
                     out = A.launch_kernel(obj, req["grid"], args, kwargs)
                 else:

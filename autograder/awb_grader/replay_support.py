@@ -15,6 +15,7 @@ local path: the in-process check tests, the course's own trusted notebooks).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import torch
@@ -228,6 +229,10 @@ def maker(kind: str):
         from attention_workbook.checks.ex09 import Watch
 
         return Watch
+    if kind == "ex10.standin":
+        from attention_workbook.checks.ex10 import KernelStandIn
+
+        return KernelStandIn
     raise KeyError(f"unknown checker object {kind!r}")
 
 
@@ -258,6 +263,21 @@ def torch_from_spec(spec: dict) -> nn.Module:
     m = cls(**spec["init"])
     m.load_state_dict(spec["state"])
     return m.train(bool(spec["training"]))
+
+
+@contextlib.contextmanager
+def rebound_in(namespace: dict, name: str, value):
+    """``namespace[name]`` is ``value`` for the duration (restored, or removed, after)."""
+    missing = object()
+    saved = namespace.get(name, missing)
+    namespace[name] = value
+    try:
+        yield
+    finally:
+        if saved is missing:
+            namespace.pop(name, None)
+        else:
+            namespace[name] = saved
 
 
 def launch_kernel(kernel, grid, args, kwargs) -> None:

@@ -22,6 +22,8 @@ and object is a *proxy* to a separate sandboxed process running the student's co
 ``launch(kernel, grid,     a Triton kernel of the student's launched where their code runs,
   *args, **meta)``         ``kernel[grid](*args, **meta)``: what it writes into its tensor
                            arguments comes back into the checker's tensors (in place)
+``call_rebound(fn,         ``fn(*args, **kwargs)`` with top-level names of the student's
+  rebind, *args)``         namespace bound to checker objects (``make``) during the call
 =========================  =================================================================
 
 Locally every operation is the obvious one on the real object. Remotely each is one message
@@ -51,6 +53,7 @@ from ..replay_support import (  # noqa: F401 - LoadError and torch_spec: part of
     grads_of,
     launch_kernel,
     load_into,
+    rebound_in,
     maker,
     params_of,
     standin_into,
@@ -235,6 +238,22 @@ def launch(kernel, grid, *args, name: str, **meta) -> None:
         call(remote, *args, name=name, **meta)
     else:
         call(lambda *a, **k: launch_kernel(kernel, grid, a, k), *args, name=name, **meta)
+
+
+def call_rebound(fn, rebind: dict, *args, name: str, **kwargs):
+    """``fn(*args, **kwargs)`` with ``rebind`` ({top-level name: checker object from ``make``}) in the
+    student's namespace for the duration of the call (exercise 10: the launcher with a stand-in kernel)."""
+    from ._base import call
+
+    if isinstance(fn, RemoteFunction):
+        return call(lambda *a, **k: fn._client.request("call", target=fn.__name__, args=a, kwargs=k,
+                                                       rebind=dict(rebind)), *args, name=name, **kwargs)
+    glb = getattr(fn, "__globals__", None)
+    with contextlib.ExitStack() as stack:
+        for key, value in rebind.items():
+            if glb is not None:
+                stack.enter_context(rebound_in(glb, key, value))
+        return call(lambda *a, **k: fn(*a, **k), *args, name=name, **kwargs)
 
 
 @contextlib.contextmanager

@@ -2,11 +2,16 @@
 cases on the CPU (the grading sandbox has no GPU: the kernels run in Triton's interpreter).
 
 The kernels are launched where the student's code runs (``_adapter.launch``: the tensors they write
-come back); the launcher is called like any function. Oracles are independent of the solution:
+come back); the launcher is called with a stand-in for its kernel (``_adapter.make("ex10.standin")``, bound to the
+name ``flash_attention_kernel`` during the call: ``_adapter.call_rebound``), so it is judged on the
+launch alone, whatever the student's kernel does. Oracles are independent of the solution:
 ``torch.softmax`` in float64, and attention as an explicit float64 softmax of ``q k^T / sqrt(D)``
-with the causal mask built here (``_attention``), never a tiled computation. Outputs are views at
-the front of larger NaN-filled buffers: a kernel that stores past its last row overwrites the next
-head's first rows, which the comparison sees. Every hidden check's tolerance is in its message.
+with the causal mask built here (``_attention``), never a tiled computation. Inputs are views inside
+NaN-filled buffers (what a kernel reads past the last row is NaN, never uninitialised memory);
+outputs are views at the front of larger NaN-filled buffers: a kernel that stores past its last row
+overwrites the next head's first rows, which the comparison sees. Causal kernels are also launched on
+their first query tile alone, with NaN in the keys and values after its diagonal: a kernel that does not
+skip those tiles reads them. Every hidden check's tolerance is in its message.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import torch
 from attention_workbook.checks.ex10 import NO_SDPA, flash_builtins
 
 from . import _adapter as A
-from ._base import CheckFailed, call, close, fail_values, guard, own_code, randint, rng
+from ._base import CheckFailed, close, fail_values, guard, own_code, randint, rng
 
 TOL = 1e-5
 
@@ -34,12 +39,24 @@ def _attention(q, k, v, causal):
     return torch.einsum("bhts,bhsd->bhtd", w / w.sum(-1, keepdim=True), v)
 
 
+def _inside_nan(x: torch.Tensor, after: int = 64) -> torch.Tensor:
+    """``x`` (..., T, D) copied into a contiguous view of a NaN buffer: ``after`` rows of NaN behind it, and a
+    tensor's worth and ``after`` rows ahead of it (an address with a sign slipped stays in NaN the check owns)."""
+    d, n = x.size(-1), x.numel()
+    lead = n + after * d
+    buf = torch.full((lead + n + after * d,), float("nan"), dtype=x.dtype)
+    view = buf[lead:lead + n].view(x.shape)
+    view.copy_(x)
+    return view
+
+
 def _front(shape, dtype=torch.float32, extra=256):
-    """A tensor of ``shape`` at the front of a NaN-filled buffer ``extra`` rows longer (a store past its end
-    lands there, in memory the check owns)."""
+    """A tensor of ``shape`` in a NaN-filled buffer, ``extra`` rows longer after it (a store past its end lands
+    there, in memory the check owns) and as long again before it."""
     n = math.prod(shape)
-    big = torch.full((n + extra * max(shape[-1], 16),), float("nan"), dtype=dtype)
-    return big[:n].view(shape)
+    lead = n + extra * max(shape[-1], 16)
+    big = torch.full((2 * lead + n,), float("nan"), dtype=dtype)
+    return big[lead:lead + n].view(shape)
 
 
 # ----------------------------------------------------------------------------------------
@@ -69,10 +86,10 @@ def softmax_kernel_strides(softmax_kernel) -> None:
         rows, n = randint(g, 2, 6), randint(g, 3, 30)
         block = 1 << max(4, (n - 1).bit_length())
         off = randint(g, 0, 5)
-        wide = torch.randn(rows, n + off + randint(g, 1, 9), generator=g) * 3
+        wide = _inside_nan(torch.randn(rows, n + off + randint(g, 1, 9), generator=g) * 3)
         x = wide[:, off:off + n]
-        ybig = torch.full((rows + 2, n + randint(g, 1, 12)), float("nan"))
-        y = ybig[:rows, :n]
+        ybig = torch.full((2 * rows + 2, n + randint(g, 1, 12)), float("nan"))
+        y = ybig[rows:2 * rows, :n]
         _softmax(softmax_kernel, x, y, block)
         want = torch.softmax(x.double(), dim=-1)
         case = f"x a ({rows}, {n}) slice of {tuple(wide.shape)} (stride {x.stride(0)}), y stride {y.stride(0)}"
@@ -83,10 +100,10 @@ def softmax_kernel_strides(softmax_kernel) -> None:
 # ----------------------------------------------------------------------------------------
 # flash_attention_kernel
 # ----------------------------------------------------------------------------------------
-def _flash(kernel, q, k, v, o, causal, bm, bn):
+def _flash(kernel, q, k, v, o, causal, bm, bn, grid=None):
     B, H, T, D = q.shape
     strides = [s for t in (q, k, v, o) for s in t.stride()]
-    A.launch(kernel, (-(-T // bm), B * H), q, k, v, o, *strides, H, T, 1 / math.sqrt(D),
+    A.launch(kernel, grid or (-(-T // bm), B * H), q, k, v, o, *strides, H, T, 1 / math.sqrt(D),
              name="flash_attention_kernel", CAUSAL=bool(causal), BLOCK_M=bm, BLOCK_N=bn, D=D)
 
 
@@ -106,16 +123,22 @@ def _blocks(g):
 
 def _kernel_case(kernel, shape, causal, bm, bn, g, scale=1.5, layouts=False, dtype=torch.float32, tol=TOL):
     B, H, T, D = shape
-    if layouts:
-        q = torch.randn(B, T, H, D, generator=g).transpose(1, 2)
-        k = torch.randn(B, H, D, T, generator=g).transpose(-1, -2)
-        v = torch.randn(B, H, T, D + randint(g, 1, 8), generator=g)[..., -D:]
-        o = torch.full((B, T + 32, H, D), float("nan"))[:, :T].transpose(1, 2)
+    if layouts:                                   # each in a NaN buffer twice as long as the longest layout
+        P = 64
+        cap = 2 * B * H * (T + P) * (2 * D + 8)
+        nan = lambda n: torch.full((3 * cap,), float("nan"), dtype=dtype)[cap:cap + n]    # cap NaN on each side
+        q = nan(B * (T + P) * H * D).view(B, T + P, H, D)[:, :T].transpose(1, 2)
+        k = nan(B * H * D * (T + P)).view(B, H, D, T + P)[..., :T].transpose(-1, -2)
+        w = D + randint(g, 1, 8)
+        v = nan(B * H * (T + P) * w).view(B, H, T + P, w)[:, :, :T, -D:]
+        for t in (q, k, v):
+            t.copy_(torch.randn(B, H, T, D, generator=g))
+        o = nan(B * (T + P) * H * D).view(B, T + P, H, D)[:, :T].transpose(1, 2)
     else:
-        q, k, v = (torch.randn(B, H, T, D, generator=g) * scale for _ in range(3))
+        q, k, v = (_inside_nan((torch.randn(B, H, T, D, generator=g) * scale).to(dtype)) for _ in range(3))
         o = _front(shape, dtype)
-    q, k, v = (t.to(dtype) for t in (q, k, v))
-    k[..., T // 2:, :] *= 2                       # later key tiles raise the running maximum
+    with torch.no_grad():
+        k[..., T // 2:, :] *= 3                   # later key tiles raise the running maximum
     _flash(kernel, q, k, v, o, causal, bm, bn)
     want = _attention(q, k, v, causal)
     if dtype == torch.float16:
@@ -131,13 +154,26 @@ def flash_kernel_values(flash_attention_kernel) -> None:
     for _ in range(2):
         bm, bn = _blocks(g)
         _kernel_case(flash_attention_kernel, _shape(g, 32, 48, multiple_of=max(bm, bn)), False, bm, bn, g)
+    # every score far below 0 (q near c, k near -c, D = 16: about -4 c^2 <= -144): the running maximum must start
+    # below every score, or exp(s - m) underflows for every key
+    c = 6 + 2 * float(torch.rand(1, generator=g))
+    T = 16 * randint(g, 2, 3)
+    q = _inside_nan(c + 0.1 * torch.randn(1, 1, T, 16, generator=g))
+    k = _inside_nan(-c + 0.1 * torch.randn(1, 1, T, 16, generator=g))
+    v = _inside_nan(torch.randn(1, 1, T, 16, generator=g))
+    o = _front((1, 1, T, 16))
+    _flash(flash_attention_kernel, q, k, v, o, False, 16, 16)
+    want = _attention(q, k, v, False)
+    if not close(o, want, atol=TOL):
+        fail_values("flash_attention_kernel", o, want, f"q near {c:.2f}, k near {-c:.2f} {(1, 1, T, 16)}: every score "
+                    f"about {-4 * c * c:.0f}", f"{TOL:g} absolute")
 
 
 def flash_kernel_padding(flash_attention_kernel) -> None:
     g = rng(1004)
     for _ in range(2):
         bm, bn = _blocks(g)
-        shape = _shape(g, 3, 40)
+        shape = _shape(g, 17, 40)
         if shape[2] % bn == 0:
             shape = (*shape[:2], shape[2] + randint(g, 1, bn - 1), shape[3])
         _kernel_case(flash_attention_kernel, shape, False, bm, bn, g)
@@ -147,13 +183,35 @@ def flash_kernel_causal(flash_attention_kernel) -> None:
     g = rng(1005)
     for _ in range(2):
         bm, bn = _blocks(g)
-        _kernel_case(flash_attention_kernel, _shape(g, 17, 40), True, bm, bn, g)
+        B, H, T, D = _shape(g, 17, 40)
+        if T % bm == 0:                           # the last query tile hangs past T
+            T += randint(g, 1, bm - 1)
+        _kernel_case(flash_attention_kernel, (B, H, T, D), True, bm, bn, g)
+    # the first query tile alone, NaN in every key and value after its diagonal tile: never loaded if skipped
+    bm, bn = 32, 16
+    B, H, T, D = randint(g, 1, 2), randint(g, 1, 2), randint(g, 48, 64), (16, 32)[randint(g, 0, 1)]
+    q, k, v = (_inside_nan(torch.randn(B, H, T, D, generator=g) * 1.5) for _ in range(3))
+    want = _attention(q[..., :bm, :], k[..., :bm, :], v[..., :bm, :], True)
+    with torch.no_grad():
+        k[..., bm:, :] = float("nan")
+        v[..., bm:, :] = float("nan")
+    o = _front((B, H, T, D))
+    _flash(flash_attention_kernel, q, k, v, o, True, bm, bn, grid=(1, B * H))
+    if not close(o[..., :bm, :], want, atol=TOL):
+        fail_values("flash_attention_kernel", o[..., :bm, :], want,
+                    f"q, k, v {(B, H, T, D)}, CAUSAL=True, BLOCK_M={bm}, BLOCK_N={bn}, only the first query tile "
+                    "launched, keys and values after its diagonal nan (tiles after the diagonal must be skipped)",
+                    f"{TOL:g} absolute")
 
 
 def flash_kernel_strides(flash_attention_kernel) -> None:
     g = rng(1006)
     for causal in (False, True):
-        _kernel_case(flash_attention_kernel, _shape(g, 10, 30), causal, 16, 16, g, layouts=True)
+        B, H, T, D = _shape(g, 17, 40)
+        bm = 32 if causal else 16
+        if causal and T % bm == 0:                # the last query tile hangs past T
+            T += randint(g, 1, bm - 1)
+        _kernel_case(flash_attention_kernel, (B, H, T, D), causal, bm, 16, g, layouts=True)
 
 
 def flash_kernel_fp16(flash_attention_kernel) -> None:
@@ -161,7 +219,7 @@ def flash_kernel_fp16(flash_attention_kernel) -> None:
     T = 16 * randint(g, 4, 6)
     q, k = (torch.randn(1, 1, T, 16, generator=g) * 0.5 for _ in range(2))
     v = torch.randn(1, 1, T, 16, generator=g) * 0.5 + randint(g, 5, 7)
-    q, k, v = (t.half() for t in (q, k, v))
+    q, k, v = (_inside_nan(t.half()) for t in (q, k, v))
     o = _front(q.shape, torch.float16)
     _flash(flash_attention_kernel, q, k, v, o, False, 32, 16)          # T / 16 fp16 accumulation steps per row
     want = _attention(q, k, v, False)
@@ -178,13 +236,21 @@ def _launcher_case(fn, q, k, v, causal, blocks, case, watch=None):
     kw = {"causal": causal} if causal is not None else {}
     if blocks:
         kw.update(block_m=blocks[0], block_n=blocks[1])
+    standin = A.make("ex10.standin")             # a correct kernel in the student's namespace meanwhile
     with A.forbid(flash_builtins(), NO_SDPA):
         if watch is not None:
             watch("start")
         try:
-            out = call(fn, q, k, v, name="flash_attention", **kw)
+            out = A.call_rebound(fn, {"flash_attention_kernel": standin}, q, k, v, name="flash_attention", **kw)
         finally:
             report = watch("stop") if watch is not None else None
+    if not A.get(standin, "count"):
+        raise CheckFailed("hidden test: flash_attention never launched flash_attention_kernel",
+                          details=[f"case: {case}"])
+    problems = A.get(standin, "problems")
+    if problems:
+        raise CheckFailed("hidden test: flash_attention launched flash_attention_kernel wrongly",
+                          details=[f"case: {case}", str(problems[0])[:200]])
     want = _attention(q, k, v, bool(causal))
     tol = TOL if q.dtype == torch.float32 else 2 * float((want.half().double() - want).abs().max()) + 1e-3
     if not isinstance(out, torch.Tensor) or out.dtype != q.dtype or not close(out, want, atol=tol):

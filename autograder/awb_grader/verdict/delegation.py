@@ -324,7 +324,8 @@ def is_reference(path: str, exercise: str) -> tuple[bool, str]:
     if "<computed name>" in path:
         return not neutral and root not in provided, f"{root} (a name computed at run time)"
     obj, name = canonical(path)
-    if obj is not None and isinstance(obj, (types.ModuleType, type, types.FunctionType)):
+    if obj is not None and (isinstance(obj, (types.ModuleType, type, types.FunctionType))
+                            or own.kernel_function(obj) is not None):     # (a Triton kernel: @triton.jit)
         return own.is_reference(obj, exercise), name
     if obj is not None:                   # a constant or an instance in the package
         return own.is_reference(type(obj), exercise) if _in_package(type(obj).__module__) else False, name
