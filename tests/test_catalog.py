@@ -14,6 +14,7 @@ from attention_workbook.checks import graded
 from awb_grader import catalog
 from awb_grader.catalog.shortcuts import contract_breaking
 from awb_grader.core.course import SOLUTIONS, assignments
+from awb_grader.core.metadata import verdict_of
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools.variants import grade_variants, solution_cells
 
@@ -83,6 +84,12 @@ def test_catalog(assignment, tmp_path, monkeypatch):
         if graded.total(student) != graded.max_total:
             lost = {c: s for c, s in graded.scores[student].items() if s < graded.max_scores[c]}
             problems.append(f"correct alternative {a.id} lost points: {lost}")
+    # correct work is never flagged: the outside verdict (hidden checks, the reading of the answer
+    # cells for delegation and hidden code) finds nothing to say of it
+    for student in ("solution-notebook", "reference", *(f"alternative-{a.id}" for a in alternatives)):
+        meta = verdict_of(graded.course.path("autograded", student, assignment) / f"{assignment}.ipynb")
+        if meta.get("status") != "ok" or meta.get("withheld"):
+            problems.append(f"{student} was flagged: {meta.get('reasons')}")
     assert not problems, "\n".join(problems)
     print(
         f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
