@@ -100,6 +100,10 @@ def main() -> None:
                     help="correct notebooks per exercise in the per-phase profile [0] (0: skip)")
     ap.add_argument("--profile-exercises", nargs="*", default=["00", "01", "02", "03", "04", "05", "06", "07", "08"])
     ap.add_argument("--profile-only", action="store_true", help="only the per-phase profile [0]")
+    ap.add_argument("--launches", nargs="*", default=["zygote"], choices=("zygote", "cold"),
+                    help="launch paths profiled in [0], alternating: zygote (now), cold (a new process per "
+                         "kernel and replay, as before issue 42)")
+    ap.add_argument("--profile-rounds", type=int, default=1, help="rounds of the alternation in [0]")
     a = ap.parse_args()
 
     from awb_grader.devtools import synth
@@ -126,7 +130,7 @@ def main() -> None:
         print(f"[0] per-phase profile: {a.profile} correct notebook(s) of each of {len(names)} exercises, "
               f"graded one at a time by the worker's code, "
               f"median per notebook  [{load()}]")
-        phase_profile.run(names, a.profile)
+        phase_profile.run(names, a.profile, launches=tuple(a.launches), rounds=a.profile_rounds)
         print(f"    [{load()}]")
         if a.profile_only:
             return

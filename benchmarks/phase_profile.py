@@ -36,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 
+from machine_info import load
+
 LOG: list[tuple] = []        # (label, time.time(), core-seconds so far or None) of the notebook being graded
 
 
@@ -350,21 +352,48 @@ def table(prof: dict[str, list[dict]], phases=PHASES) -> str:
     return "\n".join(lines)
 
 
-def run(names: list[str], per_exercise: int = 1, say=print) -> dict:
+def run(names: list[str], per_exercise: int = 1, say=print, launches: tuple[str, ...] = ("zygote",),
+        rounds: int = 1) -> dict:
+    """The profile of each launch path in ``launches`` ("zygote": each kernel and replay forked from
+    the worker's zygote; "cold": a new process each, ``AWB_COLD=1``, as before issue 42), the paths
+    alternating ``rounds`` times in this one run (the load moves); the tables per path and, with
+    both, the core-seconds per notebook side by side."""
+    from awb_grader.isolation import zygote
+
     work = Path(tempfile.mkdtemp(prefix="awb-phases-"))
     d = work / "sb"
     d.mkdir()
     say(f"    isolation tier: {configure_isolation()}")
     inside, outside_ = sandbox_start(d)
     say(f"    sandbox start alone: `python -c pass` in the sandbox {inside:.3f} s, outside {outside_:.3f} s "
-        f"-> bubblewrap, prlimit, setpriv add {inside - outside_:.3f} s per process (median of 5; "
-        f"a notebook starts two: the kernel and the replay)")
-    prof, cores = profile(work, names, per_exercise, say)
-    say("    wall seconds per phase (one notebook at a time, median per exercise):")
-    say(table(prof))
-    say("    core-seconds per phase (this process, less the meter, and every process under it):")
-    say(table(cores, CPU_PHASES))
+        f"-> bubblewrap, prlimit, setpriv add {inside - outside_:.3f} s per new process (median of 5; "
+        f"the cold path starts two per notebook: the kernel and the replay)")
+    profs: dict[str, dict] = {x: {} for x in launches}
+    cores: dict[str, dict] = {x: {} for x in launches}
+    for r in range(rounds):
+        for launch in (launches if r % 2 == 0 else tuple(reversed(launches))):
+            os.environ[zygote.COLD_ENV] = "1" if launch == "cold" else "0"
+            say(f"    [{launch}, round {r + 1}]  [{load()}]")
+            try:
+                prof, core = profile(work / f"{launch}-{r}", names, per_exercise, say)
+            finally:
+                zygote.stop()
+            for a in prof:
+                profs[launch].setdefault(a, []).extend(prof[a])
+                cores[launch].setdefault(a, []).extend(core[a])
+    os.environ.pop(zygote.COLD_ENV, None)
+    for launch in launches:
+        say(f"    [{launch}] wall seconds per phase (one notebook at a time, median per exercise):")
+        say(table(profs[launch]))
+        say(f"    [{launch}] core-seconds per phase (this process, less the meter, and every process under it):")
+        say(table(cores[launch], CPU_PHASES))
+    if len(launches) > 1:
+        per = {x: {a: statistics.median(c["total"] for c in cores[x][a]) for a in cores[x]} for x in launches}
+        say("    core-seconds per notebook, median per exercise: " + "; ".join(
+            f"{a[:2]} " + " / ".join(f"{per[x][a]:.2f}" for x in launches) for a in per[launches[0]]))
+        say("    mean over the exercises: " + ", ".join(
+            f"{x} {statistics.mean(per[x].values()):.2f}" for x in launches))
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)
-    return prof
+    return profs
