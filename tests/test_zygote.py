@@ -351,6 +351,37 @@ def test_a_zygote_that_died_is_started_again_and_the_batch_goes_on(tmp_path, mon
     assert (first.score, again.score) == (first.max_score, first.max_score), (first, again)
 
 
+@pytest.mark.sandbox
+def test_a_kernel_ends_when_its_zygote_dies(tier, tmp_path):
+    """ipykernel's parent poller, given the zygote as the kernel's parent: a kernel whose zygote was
+    killed (its children orphaned) ends by itself instead of waiting for a grader that is gone."""
+    import psutil
+
+    from awb_grader.core.kernel_manager import SandboxKernelManager
+
+    cwd = _folder(tmp_path)
+    z = sandbox.zygote_for(cwd)
+    sandbox.prepare_run(str(cwd), warm=True)
+    km = SandboxKernelManager(kernel_name=sandbox.KERNEL_NAME, transport="ipc",
+                              ip=str(Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "sock" / "kernel-ipc"))
+    km.start_kernel(cwd=str(cwd))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        kids = [p.pid for p in psutil.Process(z.proc.pid).children(recursive=True)]
+        assert kids
+        z.proc.kill()                      # the zygote dies; its kernel is orphaned
+        deadline = time.time() + 15
+        while time.time() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                             for p in kids):
+            time.sleep(0.2)
+        assert not [p for p in kids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
 def test_nothing_is_left_running(tier, tmp_path):
     """The zygote and its children end with it; its socket and token leave the environment."""
     import psutil

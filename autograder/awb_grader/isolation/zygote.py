@@ -416,7 +416,9 @@ def _become(req: dict, zygote_path: list[str]) -> int:
         from ipykernel import kernelapp
 
         sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *req["argv"]]
-        kernelapp.launch_new_instance(argv=list(req["argv"]))
+        # ipykernel's own parent poller: the kernel ends within a second if its zygote dies (which
+        # would otherwise leave it running, its requester gone)
+        kernelapp.launch_new_instance(argv=[*req["argv"], f"--IPKernelApp.parent_handle={os.getppid()}"])
         return 0
     if kind == "replay":
         sys.argv = ["-m", *req["argv"]]
