@@ -356,22 +356,32 @@ def test_a_kernel_ends_when_its_zygote_dies(tier, tmp_path):
     """ipykernel's parent poller, given the zygote as the kernel's parent: a kernel whose zygote was
     killed (its children orphaned) ends by itself instead of waiting for a grader that is gone."""
     import psutil
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
 
-    from awb_grader.core.kernel_manager import SandboxKernelManager
+    from awb_grader.core.kernel_manager import KERNELS
 
     cwd = _folder(tmp_path)
     z = sandbox.zygote_for(cwd)
     sandbox.prepare_run(str(cwd), warm=True)
-    km = SandboxKernelManager(kernel_name=sandbox.KERNEL_NAME, transport="ipc",
-                              ip=str(Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "sock" / "kernel-ipc"))
+    specs = KernelSpecManager()
+    specs.kernel_dirs = [str(KERNELS), *specs.kernel_dirs]
+    km = KernelManager(kernel_name=sandbox.KERNEL_NAME, kernel_spec_manager=specs, transport="ipc",
+                       ip=str(Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "sock" / "kernel-ipc"))
     km.start_kernel(cwd=str(cwd))
     kc = km.client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=60)
         kids = [p.pid for p in psutil.Process(z.proc.pid).children(recursive=True)]
-        assert kids
-        z.proc.kill()                      # the zygote dies; its kernel is orphaned
+        assert kids and km.is_alive()
+        # the zygote dies, its kernel orphaned (in bubblewrap: the zygote inside the sandbox, whose PID
+        # namespace outlives it; its own process is the zygote's first ``serve`` under the sandbox)
+        serving = [p for p in [z.proc.pid, *kids] if "serve" in psutil.Process(p).cmdline()]
+        zygote_pid = next(p for p in serving if psutil.Process(p).ppid() not in serving)
+        kids = [p for p in kids if p != zygote_pid and p in serving]
+        assert kids, "no child of the zygote"
+        os.kill(zygote_pid, signal.SIGKILL)
         deadline = time.time() + 15
         while time.time() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                                              for p in kids):
