@@ -160,7 +160,7 @@ except OSError:
     pass
 sys.modules["litter"] = types.ModuleType("litter")          # a module
 torch.softmax = lambda *a, **k: "patched"                   # a monkeypatched torch function
-threading.Thread(target=lambda: time.sleep(600), daemon=True).start()     # a thread
+threading.Thread(target=lambda: time.sleep(600), name="litter", daemon=True).start()     # a thread
 subprocess.Popen(["sleep", "600"], start_new_session=True)  # a detached child
 builtins.LITTER = "global"                                  # a changed global
 os.environ["AWB_LITTER"] = "env"                            # an environment variable
@@ -182,7 +182,8 @@ print("files here:", sorted(f for f in os.listdir(".") if not f.endswith(".ipynb
 print("temporary folder litter:", "litter.txt" in os.listdir(tempfile.gettempdir()))
 print("machine /tmp litter:", os.path.exists("/tmp/awb-litter.txt"))
 print("module:", "litter" in sys.modules, "softmax:", torch.softmax is torch._C._VariableFunctions.softmax)
-print("threads:", threading.active_count(), "global:", hasattr(builtins, "LITTER"), "env:", "AWB_LITTER" in os.environ)
+print("thread:", any(t.name == "litter" for t in threading.enumerate()), "global:", hasattr(builtins, "LITTER"),
+      "env:", "AWB_LITTER" in os.environ)
 print("sleeping processes of my uid:", others)
 '''
 
@@ -241,7 +242,7 @@ def test_what_a_submission_leaves_never_reaches_the_next(tmp_path, monkeypatch):
     seen = _text(warm_nb.cells[-1])
     assert "files here: ['timestamp.txt']" in seen and "temporary folder litter: False" in seen, seen
     assert "machine /tmp litter: False" in seen
-    assert "module: False softmax: True" in seen and "global: False env: False" in seen, seen
+    assert "module: False softmax: True" in seen and "thread: False global: False env: False" in seen, seen
     assert "sleeping processes of my uid: []" in seen, seen
 
 
