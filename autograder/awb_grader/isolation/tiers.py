@@ -213,8 +213,14 @@ def configure(unprotected: bool = False, limits: Limits | None = None, say=print
 
 
 def main() -> int:
+    from .zygote import cold_reason
+
     tier = detect()
     print(f"awb grader: {tier.describe()}")
+    if tier.name != "none":
+        cold = cold_reason(tier.name)
+        print("awb grader: " + (f"each kernel and replay a new process ({cold})" if cold else
+                                "each kernel and replay a confined child of the grading process's zygote"))
     return 0 if tier.name != "none" else 1
 
 
