@@ -154,6 +154,43 @@ def cases() -> dict[str, nbformat.NotebookNode]:
     }
 
 
+# In each tier's container, after the cohort: a zygote of this tier forks a sleeping child, then a
+# child that tries to signal, ptrace and read the memory of the zygote and of that sibling, and to ask
+# the zygote for a child of its own (tests/test_zygote.py's attempts): "PROBE <tier> <what it printed>"
+ZYGOTE_PROBE = """
+import json, os, sys
+from pathlib import Path
+from awb_grader.isolation import sandbox, tiers, zygote
+sys.path.insert(0, {tests!r})
+from test_zygote import ASK, ATTEMPTS
+os.environ["AWB_PRIVATE_RUNTIME"] = str(sandbox.short_socket_root())
+(Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "sock").mkdir()
+mode = tiers.configure(say=lambda *a: None)
+if os.geteuid() == 0:
+    sandbox.own_uid()
+a, b = (Path("/out/probe/autograded") / s / "04_queries_keys_values" for s in ("ada", "ben"))
+for d in (a, b):
+    d.mkdir(parents=True)
+z = sandbox.zygote_for(a)
+sandbox.prepare_run(str(a), warm=True)
+plan, env = sandbox.child_plan(str(a))
+sibling = z.fork("exec", ["import time; time.sleep(120)"], str(a), env, plan, [0, 1, 2])
+if plan.get("uid") is not None:
+    sandbox.chown_tree(b, plan["uid"])
+said = []
+for code, arg in ((ATTEMPTS, str(sibling.pid)), (ASK, z.path)):
+    r, w = os.pipe()
+    child = z.fork("exec", [code, arg], str(b), env, plan, [os.open(os.devnull, os.O_RDONLY), w, w])
+    os.close(w)
+    child.wait(60)
+    out = b""
+    while chunk := os.read(r, 65536):
+        out += chunk
+    said += out.decode(errors="replace").strip().splitlines()
+print("PROBE", json.dumps({{"mode": mode, "said": said, "sibling": sibling.poll() is None, "zygote": z.alive()}}))
+sibling.kill()
+zygote.stop()
+"""
 LEFT = ("import psutil, os\n"
         "me = os.getpid()\n"
         "print('LEFT', [' '.join(p.cmdline())[:80] for p in psutil.process_iter() if p.pid not in (1, me)])\n")
@@ -184,13 +221,16 @@ def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 60) -> dict:
     plus what was left running after it, the autograded notebooks and the container's output."""
     out = tmp / tier.replace(" ", "-")
     args, script = cohort_container(tier, cases(), tmp / "in", out, workers=2, timeout=timeout)
-    run = daemon.run(args, ["bash", "-c", f"{script}; rc=$?; sleep 3; {sys.executable} -c \"{LEFT}\"; exit $rc"])
+    (out / "zygote_probe.py").write_text(ZYGOTE_PROBE.format(tests=str(REPO / "tests")))
+    run = daemon.run(args, ["bash", "-c", f"{script}; rc=$?; sleep 3; {sys.executable} -c \"{LEFT}\"; "
+                                          f"{sys.executable} /out/zygote_probe.py; exit $rc"])
     rows = {}
     if (out / "course" / "flags.csv").exists():
         with open(out / "course" / "flags.csv") as fh:
             rows = {r["student"]: r for r in csv.DictReader(fh)}
     left = next((line for line in run["stdout"].splitlines() if line.startswith("LEFT ")), "LEFT ?")
-    return {"rows": rows, "run": run, "left": left, "course": out / "course"}
+    probe = next((json.loads(line[6:]) for line in run["stdout"].splitlines() if line.startswith("PROBE ")), None)
+    return {"rows": rows, "run": run, "left": left, "course": out / "course", "probe": probe}
 
 
 NEIGHBOURS = ("landlock as root", "landlock as non-root")
@@ -305,6 +345,20 @@ def test_nothing_outlives_its_kernel_and_nothing_was_forged(graded, tier):
         for sub in gb.assignment_submissions(A):
             for nb in sub.notebooks:
                 assert all(gr.score <= gr.max_score for gr in nb.grades), sub.student.id
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+def test_a_child_cannot_touch_its_zygote_or_a_sibling(graded, tier):
+    """In each tier, a zygote's child can neither signal, ptrace nor read the memory (or the start-up
+    environment) of its zygote or of a sibling, nor get a child of its own from the zygote."""
+    probe = graded[tier]["probe"]
+    assert probe is not None, graded[tier]["run"]["stdout"][-3000:]
+    said = probe["said"]
+    assert probe["mode"] == tier.split()[0] and probe["sibling"] and probe["zygote"], probe
+    attempts = [ln for ln in said if ln.startswith(("zygote ", "sibling ")) and not ln.startswith("zygote socket")]
+    assert len(attempts) == 10 and all(" denied " in ln for ln in attempts), said
+    asked = [ln for ln in said if ln.startswith(("answer", "zygote socket"))]
+    assert asked and all("denied" in ln or '"refused"' in ln for ln in asked), said
 
 
 def _kind(reason: str) -> str:
