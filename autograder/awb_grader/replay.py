@@ -20,7 +20,9 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
 
 ``call``      target (a top-level name or a reference), args, kwargs; optional ``seed``
               (``torch.manual_seed`` first) and ``forbid`` (built-ins blocked during the call);
-              what it did in place to its tensor arguments comes back as ``effects``
+              what it did in place to its tensor arguments comes back as ``effects``; with ``wrt``
+              (positions of tensor arguments) and ``grad_output``, autograd on for those arguments
+              and the output's backward: (output, [their gradients]) (``replay_support.call_with_grads``)
 ``train``     target, mode: ``target.train(mode)``
 ``params``    target, prefix: [(name, tensor)] of ``named_parameters()``
 ``load``      target, values {dotted path: tensor}: copied into the object's own tensors
@@ -157,6 +159,8 @@ class Server:
                     stack.enter_context(core.forbid([(A.resolve_owner(o), a) for o, a in targets], why))
                 if op == "launch":
                     out = A.launch_kernel(obj, req["grid"], args, kwargs)
+                elif req.get("wrt") is not None:
+                    out = A.call_with_grads(obj, args, kwargs, req["wrt"], req.get("grad_output"))
                 else:
                     out = obj(*args, **kwargs)
             # what the call did to its tensor arguments in place (copied back onto the caller's)

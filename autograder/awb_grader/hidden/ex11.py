@@ -1,0 +1,430 @@
+"""Hidden checks for exercise 11 (flash_forward_kernel, delta_kernel, dkdv_kernel, dq_kernel, FlashAttention,
+FlashCausalSelfAttention): randomized cases on the CPU (the grading sandbox has no GPU: the kernels run in
+Triton's interpreter).
+
+The kernels are launched where the student's code runs (``_adapter.launch``: the tensors they write come
+back); the autograd Function is run forward and backward there (``_adapter.vjp``: its gradients come back);
+the GPT is built there around the student's attention modules (``_adapter.make("ex11.flash_gpt")``) and
+trained from here (``A.grads`` for its gradients, SGD on copies of its weights, ``A.load`` to put them back).
+Oracles are independent of the solution and of the visible checks: float64 autograd through attention
+written with einsum and an explicit causal mask (``_oracle``), never a tiled computation; the GPT's oracle is
+lecture 08's GPT (PyTorch's own attention) in float64 from the same seed. Inputs and outputs are views inside
+larger NaN-filled buffers: an unmasked load past the last row reads NaN, a store past it overwrites NaN the
+comparison sees. Every tolerance is in its message.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attention_workbook.checks.ex11 import GPT_CONFIG, NO_SDPA, kernel_builtins, tiny_gpt
+
+from . import _adapter as A
+from ._base import CheckFailed, call, close, fail_values, guard, max_abs_diff, own_code, randint, rng
+
+TOL = 2e-5
+
+
+# ----------------------------------------------------------------------------------------
+# the oracle: float64 autograd of attention written out
+# ----------------------------------------------------------------------------------------
+def _oracle(q, k, v, do=None, causal=False):
+    """{"o", "L"} and with ``do`` {"dq", "dk", "dv", "delta"}: float64 autograd of softmax(q k^T / sqrt(D)) v."""
+    q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    s = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(q.size(-1))
+    if causal:
+        s = s.masked_fill(torch.arange(k.size(-2))[None, :] > torch.arange(q.size(-2))[:, None], float("-inf"))
+    L = torch.logsumexp(s, dim=-1)
+    o = torch.einsum("bhts,bhsd->bhtd", torch.exp(s - L[..., None]), v)
+    out = {"o": o.detach(), "L": L.detach()}
+    if do is not None:
+        do64 = do.detach().double()
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do64)
+        out.update(dq=dq, dk=dk, dv=dv)
+    return out
+
+
+def _buffer(values, layout, dtype=None, pad=16):
+    """A (B, H, T, D) view with ``layout`` inside a NaN-filled buffer (its other elements stay NaN)."""
+    B, H, T, D = values.shape
+    dtype = dtype or values.dtype
+    nan = float("nan")
+    if layout == "front":
+        buf = torch.full((B * H * T * D + B * H * pad * D,), nan, dtype=dtype)
+        view = buf[:B * H * T * D].view(B, H, T, D)
+    elif layout == "transpose":
+        view = torch.full((B, T + pad, H, D), nan, dtype=dtype)[:, :T].transpose(1, 2)
+    elif layout == "kT":
+        view = torch.full((B, H, D, T + pad), nan, dtype=dtype)[..., :T].transpose(-1, -2)
+    else:                                                          # "slice": the first D of rows D + extra wide
+        view = torch.full((B, H, T + pad, D + pad), nan, dtype=dtype)[:, :, :T, pad:]
+    view.copy_(values.to(dtype))
+    return view
+
+
+def _empty(shape, layout="front", dtype=torch.float32):
+    return _buffer(torch.full(shape, float("nan"), dtype=dtype), layout, dtype)
+
+
+def _rows(values, shape):
+    """A contiguous float32 (B, H, T) at the front of a NaN-filled buffer (L, Delta)."""
+    n = math.prod(shape)
+    buf = torch.full((n + 64,), float("nan"))
+    view = buf[:n].view(shape)
+    if values is not None:
+        view.copy_(values.float())
+    return view
+
+
+def _draw(g, causal=False, t_lo=5, t_hi=40, tq_eq_tk=False):
+    B, H = randint(g, 1, 2), randint(g, 1, 2)
+    D = (16, 32)[randint(g, 0, 1)]
+    T_Q = randint(g, t_lo, t_hi)
+    T_K = T_Q if (causal or tq_eq_tk) else randint(g, t_lo, t_hi)
+    bm, bn = (16, 32)[randint(g, 0, 1)], (16, 32)[randint(g, 0, 1)]
+    return B, H, T_Q, T_K, D, bm, bn
+
+
+def _inputs(g, B, H, T_Q, T_K, D, scale=1.5, v_shift=0.0, do_shift=0.0):
+    q = torch.randn(B, H, T_Q, D, generator=g) * scale
+    k = torch.randn(B, H, T_K, D, generator=g) * scale
+    k[..., T_K // 2:, :] *= 2                                      # later key tiles raise the running maximum
+    v = torch.randn(B, H, T_K, D, generator=g) + v_shift
+    do = torch.randn(B, H, T_Q, D, generator=g) + do_shift
+    return q, k, v, do
+
+
+def _strides(*ts):
+    return [s for t in ts for s in t.stride()]
+
+
+def _fp16_tol(want, steps=2.0):
+    return steps * float((want.half().double() - want).abs().max()) + 1e-6
+
+
+def _tol(want, dtype, steps=4.0):
+    return TOL * max(1.0, float(want.abs().max())) if dtype == torch.float32 else _fp16_tol(want, steps)
+
+
+def _case(shape, causal, bm, bn, dtype, layouts=False):
+    B, H, T_Q, T_K, D = shape
+    return (f"B={B}, H={H}, T_Q={T_Q}, T_K={T_K}, D={D}, CAUSAL={bool(causal)}, BLOCK_M={bm}, BLOCK_N={bn}, {dtype}"
+            f"{', strided' if layouts else ''}")
+
+
+def _outside(view) -> bool:
+    """Every element of the view's buffer outside the view is still NaN (nothing stored past it)."""
+    base = view._base if view._base is not None else view
+    cover = torch.zeros(base.numel(), dtype=torch.bool)
+    cover.as_strided(view.shape, view.stride(), view.storage_offset() - base.storage_offset())[...] = True
+    return bool(torch.isnan(base.reshape(-1)[~cover]).all())
+
+
+# ----------------------------------------------------------------------------------------
+# flash_forward_kernel
+# ----------------------------------------------------------------------------------------
+LAYOUTS = {"q": "transpose", "k": "kT", "v": "slice", "do": "transpose", "o": "transpose", "dq": "slice",
+           "dk": "transpose", "dv": "slice"}
+
+
+def _forward_case(kernel, g, shape, causal, bm, bn, dtype=torch.float32, layouts=False, v_shift=0.0, scale=1.5):
+    B, H, T_Q, T_K, D = shape
+    q0, k0, v0, _ = _inputs(g, B, H, T_Q, T_K, D, scale=scale, v_shift=v_shift)
+    lay = (lambda n: LAYOUTS[n]) if layouts else (lambda n: "front")
+    q, k, v = _buffer(q0, lay("q"), dtype), _buffer(k0, lay("k"), dtype), _buffer(v0, lay("v"), dtype)
+    o, L = _empty((B, H, T_Q, D), lay("o"), dtype), _rows(None, (B, H, T_Q))
+    A.launch(kernel, (-(-T_Q // bm), B * H), q, k, v, o, L, *_strides(q, k, v, o), H, T_Q, T_K, 1 / math.sqrt(D),
+             name="flash_forward_kernel", CAUSAL=bool(causal), BLOCK_M=bm, BLOCK_N=bn, D=D)
+    want = _oracle(q, k, v, causal=causal)
+    case = _case(shape, causal, bm, bn, dtype, layouts)
+    tol = TOL if dtype == torch.float32 else _fp16_tol(want["o"])
+    if not close(o, want["o"], atol=tol) or not _outside(o):
+        fail_values("flash_forward_kernel's O", o, want["o"], case, f"{tol:.2g} absolute, nothing stored past T_Q")
+    if not close(L, want["L"], atol=1e-4) or not _outside(L):
+        fail_values("flash_forward_kernel's L (natural log-sum-exp)", L, want["L"], case,
+                    "1e-4 absolute, nothing stored past T_Q")
+
+
+def forward_values(flash_forward_kernel) -> None:
+    g = rng(1101)
+    for _ in range(2):
+        B, H, T_Q, T_K, D, bm, bn = _draw(g)
+        _forward_case(flash_forward_kernel, g, (B, H, T_Q, T_K, D), False, bm, bn)
+
+
+def forward_causal(flash_forward_kernel) -> None:
+    g = rng(1102)
+    for _ in range(2):
+        B, H, T_Q, T_K, D, bm, bn = _draw(g, causal=True, t_lo=17)
+        _forward_case(flash_forward_kernel, g, (B, H, T_Q, T_K, D), True, bm, bn)
+
+
+def forward_layouts(flash_forward_kernel) -> None:
+    g = rng(1103)
+    causal = bool(randint(g, 0, 1))
+    B, H, T_Q, T_K, D, bm, bn = _draw(g, causal=causal, t_hi=30)
+    _forward_case(flash_forward_kernel, g, (B, H, T_Q, T_K, D), causal, bm, bn, layouts=True)
+    T = 16 * randint(g, 3, 4)
+    _forward_case(flash_forward_kernel, g, (1, 1, T, T, 16), False, 32, 16, dtype=torch.float16,
+                  v_shift=float(randint(g, 5, 7)), scale=0.7)
+
+
+# ----------------------------------------------------------------------------------------
+# delta_kernel
+# ----------------------------------------------------------------------------------------
+def _delta_case(kernel, g, B, H, T, D, bm, dtype=torch.float32, layouts=False, o_shift=0.0):
+    o0 = torch.randn(B, H, T, D, generator=g) + o_shift
+    do0 = torch.randn(B, H, T, D, generator=g)
+    o = _buffer(o0, "slice" if layouts else "front", dtype)
+    do = _buffer(do0, "transpose" if layouts else "front", dtype)
+    delta = _rows(None, (B, H, T))
+    A.launch(kernel, (-(-T // bm), B * H), o, do, delta, *_strides(o, do), H, T, name="delta_kernel",
+             BLOCK_M=bm, D=D)
+    want = torch.einsum("bhtd,bhtd->bht", o.double(), do.double())
+    tol = TOL * max(1.0, float(want.abs().max()))
+    if not close(delta, want, atol=tol) or not _outside(delta):
+        fail_values("delta_kernel", delta, want, f"O, dO {(B, H, T, D)}, BLOCK_M={bm}, {dtype}"
+                    f"{', strided' if layouts else ''}", f"{tol:.2g} absolute, nothing stored past T_Q")
+
+
+def delta_values(delta_kernel) -> None:
+    g = rng(1104)
+    for _ in range(2):
+        B, H, T, _, D, bm, _ = _draw(g)
+        _delta_case(delta_kernel, g, B, H, T, D, bm)
+
+
+def delta_layouts(delta_kernel) -> None:
+    g = rng(1105)
+    B, H, T, _, D, bm, _ = _draw(g)
+    _delta_case(delta_kernel, g, B, H, T, D, bm, layouts=True)
+    _delta_case(delta_kernel, g, 1, 1, randint(g, 16, 32), 32, 16, dtype=torch.float16, o_shift=float(randint(g, 5, 7)))
+
+
+# ----------------------------------------------------------------------------------------
+# dkdv_kernel, dq_kernel
+# ----------------------------------------------------------------------------------------
+def _bwd_inputs(g, shape, causal, dtype, layouts, scale=1.5, v_shift=0.0, do_shift=0.0):
+    B, H, T_Q, T_K, D = shape
+    q0, k0, v0, do0 = _inputs(g, B, H, T_Q, T_K, D, scale=scale, v_shift=v_shift, do_shift=do_shift)
+    lay = (lambda n: LAYOUTS[n]) if layouts else (lambda n: "front")
+    q, k, v, do = (_buffer(t, lay(n), dtype) for t, n in ((q0, "q"), (k0, "k"), (v0, "v"), (do0, "do")))
+    fwd = _oracle(q, k, v, causal=causal)
+    want = _oracle(q, k, v, do, causal=causal)
+    delta = (fwd["o"].to(dtype).double() * do.double()).sum(-1)          # from O as stored
+    return q, k, v, do, want, _rows(want["L"], (B, H, T_Q)), _rows(delta, (B, H, T_Q)), lay
+
+
+def _dkdv_case(kernel, g, shape, causal, bm, bn, dtype=torch.float32, layouts=False, **kw):
+    B, H, T_Q, T_K, D = shape
+    q, k, v, do, want, L, delta, lay = _bwd_inputs(g, shape, causal, dtype, layouts, **kw)
+    dk, dv = _empty((B, H, T_K, D), lay("dk"), dtype), _empty((B, H, T_K, D), lay("dv"), dtype)
+    A.launch(kernel, (-(-T_K // bn), B * H), q, k, v, do, L, delta, dk, dv, *_strides(q, k, v, do, dk, dv),
+             H, T_Q, T_K, 1 / math.sqrt(D), name="dkdv_kernel", CAUSAL=bool(causal), BLOCK_M=bm, BLOCK_N=bn, D=D)
+    case = _case(shape, causal, bm, bn, dtype, layouts)
+    for name, got in (("dK", dk), ("dV", dv)):
+        ref = want["d" + name[1].lower()]
+        tol = _tol(ref, dtype)
+        if not close(got, ref, atol=tol) or not _outside(got):
+            fail_values(f"dkdv_kernel's {name}", got, ref, case, f"{tol:.2g} absolute, nothing stored past T_K")
+
+
+def _dq_case(kernel, g, shape, causal, bm, bn, dtype=torch.float32, layouts=False, **kw):
+    B, H, T_Q, T_K, D = shape
+    q, k, v, do, want, L, delta, lay = _bwd_inputs(g, shape, causal, dtype, layouts, **kw)
+    dq = _empty((B, H, T_Q, D), lay("dq"), dtype)
+    A.launch(kernel, (-(-T_Q // bm), B * H), q, k, v, do, L, delta, dq, *_strides(q, k, v, do, dq),
+             H, T_Q, T_K, 1 / math.sqrt(D), name="dq_kernel", CAUSAL=bool(causal), BLOCK_M=bm, BLOCK_N=bn, D=D)
+    tol = _tol(want["dq"], dtype)
+    if not close(dq, want["dq"], atol=tol) or not _outside(dq):
+        fail_values("dq_kernel", dq, want["dq"], _case(shape, causal, bm, bn, dtype, layouts),
+                    f"{tol:.2g} absolute, nothing stored past T_Q")
+
+
+def _fp16_shape(g):
+    T = 16 * randint(g, 3, 4)
+    return (1, 1, T, T, 16)
+
+
+def dkdv_values(dkdv_kernel) -> None:
+    g = rng(1106)
+    for _ in range(2):
+        B, H, T_Q, T_K, D, bm, bn = _draw(g)
+        _dkdv_case(dkdv_kernel, g, (B, H, T_Q, T_K, D), False, bm, bn)
+
+
+def dkdv_causal(dkdv_kernel) -> None:
+    g = rng(1107)
+    for bm, bn in ((32, 16), (16, (16, 32)[randint(g, 0, 1)])):
+        B, H, T_Q, T_K, D, _, _ = _draw(g, causal=True, t_lo=17)
+        _dkdv_case(dkdv_kernel, g, (B, H, T_Q, T_K, D), True, bm, bn)
+
+
+def dkdv_layouts(dkdv_kernel) -> None:
+    g = rng(1108)
+    causal = bool(randint(g, 0, 1))
+    B, H, T_Q, T_K, D, bm, bn = _draw(g, causal=causal, t_hi=30)
+    _dkdv_case(dkdv_kernel, g, (B, H, T_Q, T_K, D), causal, bm, bn, layouts=True)
+    _dkdv_case(dkdv_kernel, g, _fp16_shape(g), False, 16, 16, dtype=torch.float16, scale=0.5, v_shift=2.0,
+               do_shift=4.0)
+
+
+def dq_values(dq_kernel) -> None:
+    g = rng(1109)
+    for _ in range(2):
+        B, H, T_Q, T_K, D, bm, bn = _draw(g)
+        _dq_case(dq_kernel, g, (B, H, T_Q, T_K, D), False, bm, bn)
+
+
+def dq_causal(dq_kernel) -> None:
+    g = rng(1110)
+    for bm, bn in ((32, 16), (16, (16, 32)[randint(g, 0, 1)])):
+        B, H, T_Q, T_K, D, _, _ = _draw(g, causal=True, t_lo=17)
+        _dq_case(dq_kernel, g, (B, H, T_Q, T_K, D), True, bm, bn)
+
+
+def dq_layouts(dq_kernel) -> None:
+    g = rng(1111)
+    causal = bool(randint(g, 0, 1))
+    B, H, T_Q, T_K, D, bm, bn = _draw(g, causal=causal, t_hi=30)
+    _dq_case(dq_kernel, g, (B, H, T_Q, T_K, D), causal, bm, bn, layouts=True)
+    _dq_case(dq_kernel, g, _fp16_shape(g), False, 16, 16, dtype=torch.float16, scale=0.5, v_shift=2.0, do_shift=4.0)
+
+
+# ----------------------------------------------------------------------------------------
+# FlashAttention, through flash_attention(q, k, v, causal, block_m, block_n)
+# ----------------------------------------------------------------------------------------
+def _function_case(fn, g, shape, causal, blocks, dtype=torch.float32, layouts=False, watch=None, big_l=False):
+    B, H, T_Q, T_K, D = shape
+    q0, k0, v0, do0 = _inputs(g, B, H, T_Q, T_K, D, scale=1.4 if big_l else 1.5)
+    if big_l:
+        k0[..., :1, :] = q0[..., :1, :] * 3                       # one large score per row: L around 10
+    lay = (lambda n: LAYOUTS[n]) if layouts else (lambda n: "front")
+    q, k, v, do = (_buffer(t, lay(n), dtype) for t, n in ((q0, "q"), (k0, "k"), (v0, "v"), (do0, "do")))
+    kw = {} if causal is None else {"causal": bool(causal)}
+    if blocks:
+        kw.update(block_m=blocks[0], block_n=blocks[1])
+    with A.forbid(kernel_builtins(), NO_SDPA):
+        if watch is not None:
+            watch("start")
+        try:
+            out = A.vjp(fn, q, k, v, grad_output=do, name="flash_attention (forward and backward)", **kw)
+        finally:
+            report = watch("stop") if watch is not None else None
+    want = _oracle(q, k, v, do, causal=bool(causal))
+    case = _case(shape, bool(causal), *(blocks or (16, 16)), dtype, layouts) + ("" if blocks else " (default blocks)")
+    o, grads = out
+    tol = TOL if dtype == torch.float32 else _fp16_tol(want["o"])
+    if not isinstance(o, torch.Tensor) or o.dtype != dtype or not close(o, want["o"], atol=tol):
+        fail_values("FlashAttention's output", o if isinstance(o, torch.Tensor) else torch.empty(0), want["o"],
+                    case, f"{tol:.2g} absolute, in q's dtype")
+    for name, got in zip(("dq", "dk", "dv"), grads):
+        ref = want[name]
+        gtol = _tol(ref, dtype, steps=6.0)
+        if got is None or not close(got, ref, atol=gtol):
+            fail_values(f"FlashAttention's {name}", got if got is not None else torch.empty(0), ref, case,
+                        f"{gtol:.2g} absolute")
+    return report
+
+
+def function_grads(FlashAttention, flash_attention) -> None:
+    own_code(FlashAttention, "FlashAttention")
+    own_code(flash_attention, "flash_attention")
+    g = rng(1112)
+    B, H, T_Q, T_K, D, bm, bn = _draw(g, causal=True, t_lo=17)
+    _function_case(flash_attention, g, (B, H, T_Q, T_K, D), True, (bm, bn))
+    B, H, T_Q, T_K, D, bm, bn = _draw(g)
+    _function_case(flash_attention, g, (B, H, T_Q, T_K, D), False, (bm, bn))
+    B, H, T_Q, T_K, D, _, _ = _draw(g, tq_eq_tk=True, t_hi=30)
+    _function_case(flash_attention, g, (B, H, T_Q, T_K, D), None, None)
+
+
+def function_layouts(FlashAttention, flash_attention) -> None:
+    own_code(FlashAttention, "FlashAttention")
+    own_code(flash_attention, "flash_attention")
+    g = rng(1113)
+    B, H, T_Q, T_K, D, bm, bn = _draw(g, causal=True, t_hi=30)
+    _function_case(flash_attention, g, (B, H, T_Q, T_K, D), True, (bm, bn), layouts=True)
+    T = 16 * randint(g, 2, 3)
+    _function_case(flash_attention, g, (1, 1, T, T, 16), True, (16, 16), dtype=torch.float16, big_l=True)
+    T = randint(g, 48, 56)
+    r = _function_case(flash_attention, g, (1, 1, T, T, 16), False, (16, 16), watch=A.make("ex09.watch", 16, None))
+    if r["largest"][0] * 2 >= T * T:
+        raise CheckFailed("hidden test: FlashAttention builds (half) a (T_Q, T_K) matrix in PyTorch: the attention "
+                          "must be computed by the kernels",
+                          details=[f"case: T = {T}: a tensor of {r['largest'][0]} numbers {tuple(r['largest'][1])}"])
+
+
+# ----------------------------------------------------------------------------------------
+# FlashCausalSelfAttention, and a GPT trained through it
+# ----------------------------------------------------------------------------------------
+def _attention_module(W, bW, Wo, bo, x, H, causal):
+    """Lecture 08's causal self-attention from its weights (float64), attention written out."""
+    B, T, Dm = x.shape
+    q, k, v = (t.reshape(B, T, H, Dm // H).permute(0, 2, 1, 3) for t in (x @ W.T + bW).chunk(3, dim=-1))
+    s = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(Dm // H)
+    if causal:
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    y = torch.einsum("bhts,bhsd->bhtd", torch.softmax(s, dim=-1), v)
+    return y.permute(0, 2, 1, 3).reshape(B, T, Dm) @ Wo.T + bo
+
+
+def gpt_trains(FlashCausalSelfAttention) -> None:
+    own_code(FlashCausalSelfAttention, "FlashCausalSelfAttention")
+    g = rng(1114)
+    cfg = dict(GPT_CONFIG, vocab_size=randint(g, 15, 30))
+    Dm, H = cfg["d_model"], cfg["n_head"]
+    mod = A.new(FlashCausalSelfAttention, Dm, H, name="FlashCausalSelfAttention")
+    W = torch.randn(3 * Dm, Dm, generator=g) / math.sqrt(Dm)
+    bW, bo = torch.randn(3 * Dm, generator=g) * 0.1, torch.randn(Dm, generator=g) * 0.1
+    Wo = torch.randn(Dm, Dm, generator=g) / math.sqrt(Dm)
+    A.load(mod, {"W_qkv.weight": W, "W_qkv.bias": bW, "W_o.weight": Wo, "W_o.bias": bo})
+    x = torch.randn(1, randint(g, 17, 24), Dm, generator=g)
+    for causal in (True, False):
+        with A.forbid(kernel_builtins(), NO_SDPA.replace("FlashAttention", "FlashCausalSelfAttention")):
+            out = call(mod, x, is_causal=causal, name="FlashCausalSelfAttention")
+        want = _attention_module(W.double(), bW.double(), Wo.double(), bo.double(), x.double(), H, causal)
+        if not isinstance(out, torch.Tensor) or not close(out, want, atol=1e-4):
+            fail_values("FlashCausalSelfAttention", out if isinstance(out, torch.Tensor) else torch.empty(0), want,
+                        f"x {tuple(x.shape)}, {H} heads, is_causal={causal}, weights loaded", "1e-4 absolute")
+    seed = randint(g, 0, 999)
+    mods = [A.new(FlashCausalSelfAttention, Dm, H, name="FlashCausalSelfAttention") for _ in range(cfg["n_layer"])]
+    model = call(A.make, "ex11.flash_gpt", cfg, seed, mods, name="FlashCausalSelfAttention (in lecture 08's GPT)")
+    oracle = tiny_gpt(cfg, seed).double()
+    weights = {n: p.detach().double().clone() for n, p in oracle.named_parameters()}
+    mine = {n: w.float() for n, w in A.params(model).items()}
+    if set(mine) != set(weights):
+        raise CheckFailed("hidden test: the GPT's parameters change when FlashCausalSelfAttention replaces its "
+                          "attention",
+                          details=[f"case: {cfg}, seed {seed}: {sorted(set(mine) ^ set(weights))[:4]}"])
+    opt_mine = torch.optim.SGD([w.requires_grad_(True) for w in mine.values()], lr=0.5)
+    opt_ref = torch.optim.SGD(oracle.parameters(), lr=0.5)
+    for step in range(3):
+        x = torch.randint(cfg["vocab_size"], (2, 16), generator=g)
+        y = torch.randint(cfg["vocab_size"], (2, 16), generator=g)
+        A.load(model, {n: w.detach() for n, w in mine.items()})
+        loss, grad = call(A.grads, model, x, y, name="GPT forward + backward through FlashCausalSelfAttention")
+        opt_ref.zero_grad()
+        _, ref_loss = oracle(x, y)
+        ref_loss.backward()
+        ref_grads = {n: p.grad for n, p in oracle.named_parameters()}
+        for n, w in mine.items():
+            scale = max(1e-3, float(ref_grads[n].abs().max()))
+            if max_abs_diff(grad[n].double(), ref_grads[n]) > 1e-3 * scale:
+                raise CheckFailed("hidden test: a GPT with FlashCausalSelfAttention has other gradients than lecture "
+                                  "08's GPT (float64, PyTorch's attention)",
+                                  details=[f"case: {cfg}, seed {seed}, step {step}, parameter {n}: max |difference| "
+                                           f"{max_abs_diff(grad[n].double(), ref_grads[n]):.3g} (tolerance 1e-3 x "
+                                           f"{scale:.3g})"])
+            w.grad = grad[n].float()
+        if abs(loss - float(ref_loss)) > 1e-4:
+            raise CheckFailed("hidden test: a GPT with FlashCausalSelfAttention trains along another loss curve",
+                              details=[f"case: {cfg}, seed {seed}, step {step}: loss {loss:.5f}, expected "
+                                       f"{float(ref_loss):.5f} (tolerance 1e-4)"])
+        opt_mine.step()
+        opt_ref.step()
+
+
+guard(globals())
