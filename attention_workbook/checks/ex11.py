@@ -54,14 +54,15 @@ def kernel_builtins() -> list:
 # ----------------------------------------------------------------------------------------
 # tensors inside NaN-filled buffers
 # ----------------------------------------------------------------------------------------
-LAYOUTS = ("front", "transpose", "kT", "slice")
+LAYOUTS = ("front", "transpose", "kT", "slice", "wide")
 
 
 def place(values: torch.Tensor | None, shape, layout: str = "front", dtype=None, pad: int = 16):
     """(buffer, view): a (B, H, T, D) view with ``layout`` inside a buffer of NaN, holding ``values`` (or NaN):
     "front" contiguous at the front of a longer buffer; "transpose" (B, T, H, D) storage seen through
     transpose(1, 2), as heads split by view + transpose are; "kT" stored transposed (stride_d != 1);
-    "slice" the last D columns of rows 2 D wide. Every other element of the buffer stays NaN."""
+    "slice" the last D columns of rows 2 D wide; "wide" both (the last D of rows 2 D wide, seen through
+    transpose(1, 2)). Every other element of the buffer stays NaN."""
     B, H, T, D = shape
     dtype = dtype or (values.dtype if values is not None else torch.float32)
     kw = dict(dtype=dtype, device=device())
@@ -77,6 +78,9 @@ def place(values: torch.Tensor | None, shape, layout: str = "front", dtype=None,
     elif layout == "slice":
         buf = torch.full((B, H, T + pad, 2 * D), float("nan"), **kw)
         view = buf[:, :, :T, D:]
+    elif layout == "wide":
+        buf = torch.full((B, T + pad, H, 2 * D), float("nan"), **kw)
+        view = buf[:, :T, :, D:].transpose(1, 2)
     else:
         raise ValueError(layout)
     if values is not None:
@@ -86,9 +90,11 @@ def place(values: torch.Tensor | None, shape, layout: str = "front", dtype=None,
 
 
 def place_rows(values: torch.Tensor | None, shape, pad: int = 64):
-    """(buffer, view): a contiguous float32 (B, H, T) view (L, Delta) at the front of a NaN-filled buffer."""
+    """(buffer, view): a contiguous float32 (B, H, T) view (L, Delta) at the front of a NaN-filled buffer with room
+    for ``pad`` more rows of every head (a kernel that addresses it T_K apart stays inside it: the interpreter
+    checks no address)."""
     n = math.prod(shape)
-    buf = torch.full((n + pad,), float("nan"), dtype=torch.float32, device=device())
+    buf = torch.full((n + math.prod(shape[:-1]) * pad + pad,), float("nan"), dtype=torch.float32, device=device())
     view = buf[:n].view(shape)
     if values is not None:
         view.copy_(values.float())
@@ -134,7 +140,7 @@ def reference(q, k, v, do=None, causal=False, o=None) -> dict:
         scale = 1 / math.sqrt(q.size(-1))
         ds = p * (do64 @ v64.transpose(-1, -2) - delta[..., None])
         out.update(delta=delta, dv=p.transpose(-1, -2) @ do64, dq=scale * ds @ k.detach().cpu().double(),
-                   dk=scale * ds.transpose(-1, -2) @ q.detach().cpu().double())
+                   dk=scale * ds.transpose(-1, -2) @ q.detach().cpu().double(), _do=do64, _v=v64)
     return out
 
 
@@ -394,7 +400,7 @@ def _case_text(shape, causal, bm, bn, dtype, layouts) -> str:
 
 
 LAYOUT_TEXT = {"transpose": "a head split by view + transpose", "kT": "stored transposed (stride_d != 1)",
-               "slice": "a slice of wider rows"}
+               "slice": "a slice of wider rows", "wide": "a slice of wider rows, heads split by a transpose"}
 
 
 def _strides(*ts):
@@ -418,6 +424,25 @@ def _stride_culprits(run, layouts: dict[str, str]) -> list[str]:
         if lay != "front" and not run({n: (lay if n == name else "front") for n in layouts}):
             bad.append(name)
     return bad
+
+
+def written_with(view: torch.Tensor, buf: torch.Tensor, values: torch.Tensor, others: dict[str, torch.Tensor]):
+    """The name of the tensor in ``others`` whose strides, used to store ``values`` into ``view``'s buffer, give what
+    ``view`` holds (None: no such one, or its addresses would leave the buffer)."""
+    got = view.detach().cpu().double()
+    size = buf.numel()
+    for name, t in others.items():
+        if t.stride() == view.stride():
+            continue
+        last = sum((n - 1) * st for n, st in zip(view.shape, t.stride())) + view.storage_offset() - buf.storage_offset()
+        if last >= size:
+            continue
+        sim = torch.full((size,), float("nan"), dtype=torch.float64)
+        sim.as_strided(view.shape, t.stride(), view.storage_offset() - buf.storage_offset()).copy_(values)
+        seen = sim.as_strided(view.shape, view.stride(), view.storage_offset() - buf.storage_offset())
+        if close(got, seen, atol=1e-4 * max(1.0, float(values.abs().max()))):
+            return name
+    return None
 
 
 def _strides_hint(bad: list[str], kernel: str) -> str:
@@ -479,6 +504,10 @@ def forward_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None
         if close(lbuf.detach().cpu().double()[:sim.numel()], sim, atol=1e-4):
             name = ("L's entries are written T_K apart: the entry of query t of (b, h) is at L + (b * H + h) * T_Q "
                     "+ t (L has one entry per query)")
+    if name is None and ok_l and layouts["o"] != "front":
+        other = written_with(o, obuf, want["o"], {"q": place(q0, q0.shape, layouts["q"])[1]})
+        if other:
+            name = f"O is stored with {other}'s strides: store it with O's own four strides (stride_ob ... stride_od)"
     if name is None and any(lay != "front" for lay in layouts.values()):
         def right(lay):
             _, o2, _, L2 = run(lay)
@@ -574,7 +603,7 @@ def delta_case(kernel, x, bm, *, dtype=torch.float32, layouts=None) -> None:
         need = max(sum((n - 1) * s for n, s in zip(do_l.shape, o_l.stride())) + do_l.storage_offset(), 0)
         if need < do_l.untyped_storage().nbytes() // do_l.element_size():
             seen = torch.as_strided(do_l, do_l.shape, o_l.stride()).detach().cpu().double()
-            if close(got, (o64 * seen).sum(-1).nan_to_num(1e9), atol=max(tol, 1e-5)):
+            if close(got, (o64 * seen).sum(-1), atol=max(tol, 1e-5)):
                 name = "dO is read with O's strides: pass and use dO's own four strides"
     if name is None and any(lay != "front" for lay in layouts.values()):
         def right(lay):
@@ -616,7 +645,7 @@ def delta_values(delta_kernel) -> None:
 def delta_layouts(delta_kernel) -> None:
     """O and dO with strides of their own; fp16 O and dO summed in float32."""
     g = torch.Generator().manual_seed(114)
-    delta_case(delta_kernel, _od(g, 2, 2, 20, 16), 16, layouts={"o": "slice", "do": "transpose"})
+    delta_case(delta_kernel, _od(g, 2, 2, 20, 16), 16, layouts={"o": "transpose", "do": "slice"})
     delta_case(delta_kernel, _od(g, 1, 1, 24, 32, o_shift=6.0), 16, dtype=torch.float16)
     passed("delta_kernel: strided O and dO; fp16 inputs summed in float32")
 
@@ -631,10 +660,26 @@ def _bwd_inputs(x, causal, dtype):
     return q0, k0, v0, do0, want
 
 
-def _bwd_tol(want: torch.Tensor, dtype) -> float:
+def _bwd_tol(want: torch.Tensor, dtype, cast_bound: torch.Tensor | None = None) -> float:
+    """float32: tol32() relative to the largest value. float16: 1.5 times the largest error of rounding the answer to
+    fp16 (the one rounding of a float32 accumulator at the store), plus ``cast_bound``, the most the fp16 casts of
+    the tiles fed to tl.dot can move it (2^-11 of the sum of the absolute terms)."""
     if dtype == torch.float16:
-        return _fp16_tol(want, 4.0)
+        return _fp16_tol(want, 1.5) + (0.0 if cast_bound is None else float(cast_bound.max()))
     return tol32() * max(1.0, float(want.abs().max()))
+
+
+def cast_bounds(want: dict, q, k, causal) -> dict[str, torch.Tensor]:
+    """How far casting P and dS to fp16 for tl.dot can move dV, dK, dQ: 2^-11 x the sums of the absolute terms."""
+    s = scores(q, k, causal)
+    p = torch.exp(s - want["L"][..., None])
+    do64 = want["_do"]
+    ds = (p * (do64 @ want["_v"].transpose(-1, -2) - want["delta"][..., None])).abs()
+    sc, u = 1 / math.sqrt(q.size(-1)), 2.0 ** -11
+    qa, ka = q.detach().cpu().double().abs(), k.detach().cpu().double().abs()
+    p_cast = (p - p.half().double()).abs() + 2.0 ** -20 * p          # P's own fp16 rounding (0 when exact)
+    return {"dv": p_cast.transpose(-1, -2) @ do64.abs(), "dk": u * sc * ds.transpose(-1, -2) @ qa,
+            "dq": u * sc * ds @ ka}
 
 
 def dkdv_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, reread=SEC_DKDV) -> None:
@@ -645,7 +690,8 @@ def dkdv_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, r
     B, H, T_Q, D = q0.shape
     T_K = k0.size(-2)
     case = _case_text((B, H, T_Q, T_K, D), causal, bm, bn, dtype, layouts)
-    tk, tv = _bwd_tol(want["dk"], dtype), _bwd_tol(want["dv"], dtype)
+    bound = cast_bounds(want, q0, k0, causal) if dtype == torch.float16 else {}
+    tk, tv = _bwd_tol(want["dk"], dtype, bound.get("dk")), _bwd_tol(want["dv"], dtype, bound.get("dv"))
 
     def run(lay, ins=(q0, k0, v0, do0), dt=dtype):
         (_, q), (_, k), (_, v), (_, do) = (place(t, t.shape, lay[n]) for n, t in zip(("q", "k", "v", "do"), ins))
@@ -678,6 +724,13 @@ def dkdv_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, r
                 break
         if name is None and ok_v and close(got_k, want["dk"] * (q0.size(-1) ** 0.5), atol=max(tk, 1e-5)):
             name = "the scale is missing from dK: store scale * dK"
+    if name is None and (layouts["dk"] != "front" or layouts["dv"] != "front"):
+        ins = {n: place(t, t.shape, layouts[n])[1] for n, t in zip(("q", "k", "v", "do"), (q0, k0, v0, do0))}
+        for out, view, buf, ok in (("dK", dk, kbuf, ok_k), ("dV", dv, vbuf, ok_v)):
+            other = None if ok else written_with(view, buf, want[out.lower()], ins)
+            if other:
+                name = f"{out} is stored with {other}'s strides: store it with {out}'s own four strides"
+                break
     if name is None and any(lay != "front" for lay in layouts.values()):
         def right(lay):
             _, a, _, b = run(lay)
@@ -710,7 +763,8 @@ def dq_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, rer
     B, H, T_Q, D = q0.shape
     T_K = k0.size(-2)
     case = _case_text((B, H, T_Q, T_K, D), causal, bm, bn, dtype, layouts)
-    tq = _bwd_tol(want["dq"], dtype)
+    bound = cast_bounds(want, q0, k0, causal) if dtype == torch.float16 else {}
+    tq = _bwd_tol(want["dq"], dtype, bound.get("dq"))
 
     def run(lay, ins=(q0, k0, v0, do0), dt=dtype):
         (_, q), (_, k), (_, v), (_, do) = (place(t, t.shape, lay[n]) for n, t in zip(("q", "k", "v", "do"), ins))
@@ -734,6 +788,12 @@ def dq_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, rer
         cands = {n: c for n, c in dq_variants(q0, k0, v0, do0, want["L"], want["delta"], causal, bm, bn).items()
                  if not close(c, want["dq"], atol=1e-7)}
         name = first_match(got, cands, atol=max(tq, 1e-5))
+    if name is None and layouts["dq"] != "front":
+        ins = {n: place(t, t.shape, layouts[n])[1] for n, t in zip(("q", "k", "v", "do"), (q0, k0, v0, do0))}
+        other = written_with(dq, qbuf, want["dq"], ins)
+        if other:
+            name = (f"dQ is stored with {other}'s strides: store it with dQ's own four strides (stride_dqb ... "
+                    "stride_dqd)")
     if name is None and any(lay != "front" for lay in layouts.values()):
         def right(lay):
             return close(run(lay)[1].cpu().double(), want["dq"], atol=tq)
@@ -757,9 +817,14 @@ def dq_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, rer
 STRIDED_BWD = {"q": "transpose", "k": "kT", "v": "slice", "do": "transpose"}
 
 
-def fp16_bwd_inputs(g, T=64, D=16):
-    """fp16 inputs whose gradients are sums of many terms around a large value (what fp16 accumulators round)."""
-    return make_inputs(g, 1, 1, T, T, D, scale=0.5, raise_late=False, do_shift=4.0, v_shift=2.0)
+def fp16_bwd_inputs(g, T_Q=512, T_K=16, D=16, uniform=False):
+    """fp16 inputs whose gradients are sums over many tiles (32 to 64 of 16 rows: what an fp16 accumulator rounds at
+    every step; a float32 accumulator rounds once, at the store). ``uniform``: q = 0, so P = 1 / T_K exactly (a power of
+    2: its fp16 cast is exact) and dV = the sum of dO's rows / T_K, exact in float32 until its one rounding."""
+    x = make_inputs(g, 1, 1, T_Q, T_K, D, scale=0.5, raise_late=False, do_shift=4.0, v_shift=2.0)
+    if uniform:
+        x["q"].zero_()
+    return x
 
 
 def dkdv_values(dkdv_kernel) -> None:
@@ -784,7 +849,7 @@ def dkdv_layouts(dkdv_kernel) -> None:
     g = torch.Generator().manual_seed(117)
     dkdv_case(dkdv_kernel, make_inputs(g, 1, 2, 20, 20, 16), True, 16, 16,
               layouts={**STRIDED_BWD, "dk": "transpose", "dv": "slice"})
-    dkdv_case(dkdv_kernel, fp16_bwd_inputs(g), False, 16, 16, dtype=torch.float16)
+    dkdv_case(dkdv_kernel, fp16_bwd_inputs(g, 1024, 16, uniform=True), False, 16, 16, dtype=torch.float16)
     passed("dkdv_kernel: strided Q, K, V, dO, dK and dV; fp16 in and out with float32 accumulators")
 
 
@@ -807,8 +872,9 @@ def dq_causal(dq_kernel) -> None:
 def dq_layouts(dq_kernel) -> None:
     """Every input and dQ strided; fp16 inputs and output with a float32 accumulator."""
     g = torch.Generator().manual_seed(120)
-    dq_case(dq_kernel, make_inputs(g, 1, 2, 20, 20, 16), True, 16, 16, layouts={**STRIDED_BWD, "dq": "slice"})
-    dq_case(dq_kernel, fp16_bwd_inputs(g), False, 16, 16, dtype=torch.float16)
+    dq_case(dq_kernel, make_inputs(g, 1, 2, 20, 20, 16), True, 16, 16,
+            layouts={**STRIDED_BWD, "do": "wide", "dq": "slice"})
+    dq_case(dq_kernel, fp16_bwd_inputs(g, 16, 512), False, 16, 16, dtype=torch.float16)
     passed("dq_kernel: strided Q, K, V, dO and dQ; fp16 in and out with a float32 accumulator")
 
 
@@ -852,8 +918,23 @@ def _function_variants(q, k, v, do, causal, o_ref) -> dict[str, dict]:
     return out
 
 
+def function_tolerances(want: dict, rounded: dict, dtype) -> dict[str, float]:
+    """Tolerances of the Function's O and gradients against the float64 answer ``want`` (O exact in Delta).
+    float32: tol32() relative. float16: a Function may take Delta from O as stored (rounded to fp16) or exact,
+    ``rounded`` is the answer with the former; O within 6 of its largest fp16 rounding errors, dq and dk within 6
+    plus 4.5 times the two answers' difference, dv within 5 (measured: the solution and the float32 PyTorch
+    Function stay under a third of these on the check's inputs, the kernels' fp16-accumulator mistakes under half,
+    L kept in float16 goes 1.6x to 3x over on dv)."""
+    if dtype == torch.float32:
+        return {n: tol32() * max(1.0, float(want[n].abs().max())) for n in ("o", "dq", "dk", "dv")}
+    out = {"o": _fp16_tol(want["o"], 6.0), "dv": _fp16_tol(want["dv"], 5.0)}
+    for n in ("dq", "dk"):
+        out[n] = _fp16_tol(want[n], 6.0) + 4.5 * max_abs_diff(rounded[n], want[n])
+    return out
+
+
 def _function_case(fn, x, causal, blocks, *, dtype=torch.float32, layouts=None, reread=SEC_AUTOGRAD,
-                   watch=None, tols=None) -> None:
+                   watch=None) -> None:
     layouts = {"q": "front", "k": "front", "v": "front", "do": "front", **(layouts or {})}
     ins = {n: place(x[n].to(dtype), x[n].shape, layouts[n])[1] for n in ("q", "k", "v", "do")}
     q, k, v, do = ins["q"], ins["k"], ins["v"], ins["do"]
@@ -865,7 +946,7 @@ def _function_case(fn, x, causal, blocks, *, dtype=torch.float32, layouts=None, 
     bm, bn = blocks or (16, 16)
     case = _case_text((B, H, T_Q, T_K, D), bool(causal), bm, bn, dtype, layouts)
     if blocks is None:
-        case += " (block sizes left at their defaults)"
+        case += " (block_m and block_n left at their defaults)"
     with forbid(kernel_builtins(), NO_SDPA):
         if watch is not None:
             watch("start")
@@ -874,14 +955,13 @@ def _function_case(fn, x, causal, blocks, *, dtype=torch.float32, layouts=None, 
         finally:
             if watch is not None:
                 watch.seen = watch("stop")
-    o_ref = reference(q, k, v, causal=bool(causal))["o"]
-    want = reference(q, k, v, do, causal=bool(causal), o=o_ref.to(dtype))
+    want = reference(q, k, v, do, causal=bool(causal))
+    o_ref = want["o"]
+    tols = function_tolerances(want, reference(q, k, v, do, causal=bool(causal), o=o_ref.to(dtype)), dtype)
     if o.dtype != q.dtype:
         raise CheckFailed(f"flash_attention on {case} returned {o.dtype} for {q.dtype} inputs", reread=reread,
                           hint="allocate O in q's dtype (the kernel converts on the store)")
-    tol_o = tol32() if dtype == torch.float32 else _fp16_tol(want["o"])
-    if tols is None:
-        tols = {n: _bwd_tol(want[n], dtype) for n in ("dq", "dk", "dv")}
+    tol_o = tols["o"]
     got_o = o.detach().cpu().double()
     if not close(got_o, want["o"], atol=tol_o):
         name = None
@@ -947,10 +1027,9 @@ def function_grads(FlashAttention, flash_attention) -> None:
     """O and dq, dk, dv against float64 autograd: causal and not, T_Q != T_K, unequal tiles, default tiles."""
     _is_function(FlashAttention)
     g = torch.Generator().manual_seed(121)
-    _function_case(flash_attention, make_inputs(g, 1, 2, 24, 24, 16), True, (16, 16))
-    _function_case(flash_attention, make_inputs(g, 1, 1, 20, 33, 16), False, (32, 16))
+    _function_case(flash_attention, make_inputs(g, 1, 2, 24, 24, 16), True, None)
+    _function_case(flash_attention, make_inputs(g, 2, 1, 20, 33, 16), False, (32, 16))
     _function_case(flash_attention, make_inputs(g, 1, 1, 40, 40, 16), True, (16, 32))
-    _function_case(flash_attention, make_inputs(g, 1, 1, 18, 18, 16), None, None)
     passed("FlashAttention: O, dq, dk and dv equal float64 autograd's, causal or not, T_Q != T_K, any tiles")
 
 
@@ -979,7 +1058,7 @@ def function_layouts(FlashAttention, flash_attention) -> None:
 # ----------------------------------------------------------------------------------------
 # FlashCausalSelfAttention: lecture 08's attention through flash_attention, and a GPT trained with it
 # ----------------------------------------------------------------------------------------
-GPT_CONFIG = dict(vocab_size=23, block_size=24, n_layer=1, n_head=2, d_model=32, dropout=0.0)
+GPT_CONFIG = dict(vocab_size=23, block_size=32, n_layer=1, n_head=2, d_model=32, dropout=0.0)
 
 
 def module_variants(ref, x, is_causal) -> dict[str, torch.Tensor]:
@@ -1083,15 +1162,15 @@ def train_losses(model, batches, lr: float) -> tuple[list[float], dict]:
     return losses, first
 
 
-def gpt_batches(g: torch.Generator, cfg: dict, steps: int, B: int = 2, T: int = 16):
+def gpt_batches(g: torch.Generator, cfg: dict, steps: int, B: int = 2, T: int = 32):
     V = cfg["vocab_size"]
     return [(torch.randint(V, (B, T), generator=g), torch.randint(V, (B, T), generator=g)) for _ in range(steps)]
 
 
 def gpt_trains(FlashCausalSelfAttention, g: torch.Generator | None = None, seed: int = 11) -> None:
-    """The module equals lecture 08's attention (causal and not); a GPT with it in every block has float64
-    PyTorch's gradients and trains along the same loss curve (SGD, a few steps). The battery passes its own
-    generator and seed."""
+    """The module equals lecture 08's attention (called with is_causal=False); a GPT with it in every block (which
+    calls it with is_causal=True) has float64 PyTorch's gradients and trains along the same loss curve (SGD, two
+    steps). The battery passes its own generator and seed."""
     from ..gpt import CausalSelfAttention
 
     g = torch.Generator().manual_seed(123) if g is None else g
@@ -1103,10 +1182,12 @@ def gpt_trains(FlashCausalSelfAttention, g: torch.Generator | None = None, seed:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         ref = CausalSelfAttention(cfg["d_model"], cfg["n_head"])
-    x = torch.randn(1, 20, cfg["d_model"], generator=g)
-    _module_case(FlashCausalSelfAttention, ref, x, True, "x (1, 20, 32), 2 heads, is_causal=True")
-    _module_case(FlashCausalSelfAttention, ref, x, False, "x (1, 20, 32), 2 heads, is_causal=False")
-    batches = gpt_batches(g, cfg, 3)
+    # T = 32, two tiles of the default 16 and none padded: the module's q, k, v are views of W_qkv(x), whose rows
+    # past T are nobody's (a kernel that read past them would read whatever lies there)
+    # (is_causal=True: the GPT below calls it so)
+    x = torch.randn(2, 32, cfg["d_model"], generator=g)
+    _module_case(FlashCausalSelfAttention, ref, x, False, "x (2, 32, 32), 2 heads, is_causal=False")
+    batches = gpt_batches(g, cfg, 2, B=1)
     mine = call(tiny_gpt, cfg, seed, FlashCausalSelfAttention, name="FlashCausalSelfAttention", reread=SEC_TRAINING)
     oracle = tiny_gpt(cfg, seed).double()
     with forbid(kernel_builtins(), NO_SDPA.replace("FlashAttention", "FlashCausalSelfAttention")):
@@ -1121,11 +1202,11 @@ def gpt_trains(FlashCausalSelfAttention, g: torch.Generator | None = None, seed:
 def compare_training(losses, first, want, want_first, prefix: str = "") -> None:
     worst = max((max_abs_diff(first[n].double(), want_first[n]) / max(1e-3, float(want_first[n].abs().max())), n)
                 for n in want_first)
-    if worst[0] > 1e-3:
+    if worst[0] > 1e-4:
         raise CheckFailed(f"{prefix}the gradients of a GPT with FlashCausalSelfAttention differ from float64 PyTorch's",
                           reread=SEC_TRAINING,
                           details=[f"worst: {worst[1]}, max |difference| / max |gradient| = {worst[0]:.2g} "
-                                   "(tolerance 1e-3)"],
+                                   "(tolerance 1e-4)"],
                           hint="if FlashAttention's checks pass, the module's forward loses the gradient somewhere: "
                                "no .detach(), no torch.no_grad(), the heads as views of W_qkv(x)")
     diff = max(abs(a - b) for a, b in zip(losses, want))
