@@ -57,52 +57,53 @@ def kernel_builtins() -> list:
 LAYOUTS = ("front", "transpose", "kT", "slice", "wide")
 
 
+def _guarded(shape, dtype, before: int, after: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(storage, block): a NaN-filled flat storage holding a ``shape`` block with ``before`` elements of NaN ahead of
+    it and ``after`` behind it (the interpreter checks no address: a kernel that misses its tensor by a sign or a
+    stride lands in NaN the check reads, not in the process's heap)."""
+    n = math.prod(shape)
+    flat = torch.full((before + n + after,), float("nan"), dtype=dtype, device=device())
+    return flat, flat[before:before + n].view(shape)
+
+
 def place(values: torch.Tensor | None, shape, layout: str = "front", dtype=None, pad: int = 16):
-    """(buffer, view): a (B, H, T, D) view with ``layout`` inside a buffer of NaN, holding ``values`` (or NaN):
-    "front" contiguous at the front of a longer buffer; "transpose" (B, T, H, D) storage seen through
+    """(storage, view): a (B, H, T, D) view with ``layout`` inside a storage of NaN, holding ``values`` (or NaN):
+    "front" contiguous at the front of a longer block; "transpose" (B, T, H, D) storage seen through
     transpose(1, 2), as heads split by view + transpose are; "kT" stored transposed (stride_d != 1);
     "slice" the last D columns of rows 2 D wide; "wide" both (the last D of rows 2 D wide, seen through
-    transpose(1, 2)). Every other element of the buffer stays NaN."""
+    transpose(1, 2)). The block has a whole block's worth of NaN (and ``pad`` rows of every head) before it and
+    after it; every element of the storage but the view's stays NaN."""
     B, H, T, D = shape
     dtype = dtype or (values.dtype if values is not None else torch.float32)
-    kw = dict(dtype=dtype, device=device())
-    if layout == "front":
-        buf = torch.full((B * H * T * D + B * H * pad * D,), float("nan"), **kw)
-        view = buf[:B * H * T * D].view(B, H, T, D)
-    elif layout == "transpose":
-        buf = torch.full((B, T + pad, H, D), float("nan"), **kw)
-        view = buf[:, :T].transpose(1, 2)
-    elif layout == "kT":
-        buf = torch.full((B, H, D, T + pad), float("nan"), **kw)
-        view = buf[..., :T].transpose(-1, -2)
-    elif layout == "slice":
-        buf = torch.full((B, H, T + pad, 2 * D), float("nan"), **kw)
-        view = buf[:, :, :T, D:]
-    elif layout == "wide":
-        buf = torch.full((B, T + pad, H, 2 * D), float("nan"), **kw)
-        view = buf[:, :T, :, D:].transpose(1, 2)
-    else:
+    blocks = {"front": (B * H * T * D + B * H * pad * D,), "transpose": (B, T + pad, H, D), "kT": (B, H, D, T + pad),
+              "slice": (B, H, T + pad, 2 * D), "wide": (B, T + pad, H, 2 * D)}
+    if layout not in blocks:
         raise ValueError(layout)
+    n = math.prod(blocks[layout])
+    flat, block = _guarded(blocks[layout], dtype, n + B * H * pad * D, n + B * H * pad * D)
+    view = {"front": lambda b: b[:B * H * T * D].view(B, H, T, D), "transpose": lambda b: b[:, :T].transpose(1, 2),
+            "kT": lambda b: b[..., :T].transpose(-1, -2), "slice": lambda b: b[:, :, :T, D:],
+            "wide": lambda b: b[:, :T, :, D:].transpose(1, 2)}[layout](block)
     if values is not None:
         with torch.no_grad():
             view.copy_(values.to(dtype))
-    return buf, view
+    return flat, view
 
 
 def place_rows(values: torch.Tensor | None, shape, pad: int = 64):
-    """(buffer, view): a contiguous float32 (B, H, T) view (L, Delta) at the front of a NaN-filled buffer with room
-    for ``pad`` more rows of every head (a kernel that addresses it T_K apart stays inside it: the interpreter
-    checks no address)."""
+    """(storage, view): a contiguous float32 (B, H, T) view (L, Delta) inside a NaN-filled storage with room for
+    ``pad`` more rows of every head after it (a kernel that addresses it T_K apart stays inside it) and as much
+    before it."""
     n = math.prod(shape)
-    buf = torch.full((n + math.prod(shape[:-1]) * pad + pad,), float("nan"), dtype=torch.float32, device=device())
-    view = buf[:n].view(shape)
+    room = n + math.prod(shape[:-1]) * pad + pad
+    flat, view = _guarded(shape, torch.float32, room, room)
     if values is not None:
         view.copy_(values.float())
-    return buf, view
+    return flat, view
 
 
 def untouched(buf: torch.Tensor, view: torch.Tensor) -> bool:
-    """Whether every element of ``buf`` outside ``view`` is still NaN (nothing stored past the view)."""
+    """Whether every element of the storage ``buf`` outside ``view`` is still NaN (nothing stored outside the view)."""
     cover = torch.zeros(buf.numel(), dtype=torch.bool)
     cover.as_strided(view.shape, view.stride(), view.storage_offset() - buf.storage_offset())[...] = True
     rest = buf.detach().cpu().reshape(-1)[~cover]
@@ -237,7 +238,7 @@ def forward_variants(q, k, v, causal, bm, bn) -> dict[str, tuple[torch.Tensor, t
 # ----------------------------------------------------------------------------------------
 def bwd_sim(q, k, v, do, L, delta, causal, bm, bn, *, dk_scale=1, dq_scale=1, l_factor=1.0, s_scaled=True,
             p_mask=True, p_norm="L", ds="right", dp_t=False, ds_t=False, start="right", end="right",
-            dq_overwrite=False) -> dict[str, torch.Tensor]:
+            dq_overwrite=False, force_causal=False) -> dict[str, torch.Tensor]:
     """{"dq", "dk", "dv"} as the two backward kernels compute them (float64), with a mistake switched on:
     ``dk_scale``/``dq_scale`` the power of scale applied at the end; ``l_factor`` P = exp(S - l_factor * L)
     (0: without L; ln 2: tl.exp2 on a natural-log L); ``s_scaled`` False: S without scale; ``p_mask`` False: no
@@ -245,9 +246,11 @@ def bwd_sim(q, k, v, do, L, delta, causal, bm, bn, *, dk_scale=1, dq_scale=1, l_
     maximum)); ``ds`` "no_delta" (P * dP), "tile_delta" (Delta from the tile's P * dP), "unweighted"
     (P * dP - Delta); ``dp_t`` dP transposed, ``ds_t`` dQ from dS^T (square tiles); ``start`` of the dK/dV
     causal loop "late" (one query tile after the right one) or "j_bm" (row j * BLOCK_M); ``end`` of the dQ
-    causal loop "early" (one key tile short); ``dq_overwrite`` dQ = the last key tile's term only."""
+    causal loop "early" (one key tile short); ``dq_overwrite`` dQ = the last key tile's term only;
+    ``force_causal`` the causal tiles and mask though the forward (L) was not causal."""
     B, H, T_Q, D = q.shape
     T_K = k.size(-2)
+    causal = causal or force_causal
     scale = 1 / math.sqrt(D)
     nq, nk = -(-T_Q // bm) + 2, -(-T_K // bn) + 2
     Q, DO = _pad(q, nq * bm), _pad(do, nq * bm)
@@ -332,6 +335,9 @@ def _common_bwd(causal, bm, bn, square: bool) -> dict[str, dict]:
     if causal:
         out["P is recomputed without the causal mask: keys after the query must get P = 0 (the diagonal "
             "tile holds both kinds)"] = dict(p_mask=False)
+    else:
+        out["the backward applies the causal mask though CAUSAL is False: without CAUSAL every query sees every "
+            "key (every tile visited, no mask)"] = dict(force_causal=True)
     if square:
         out["dP is transposed: dP = dO V^T is (BLOCK_M, BLOCK_N), queries by keys"] = dict(dp_t=True)
     return out
@@ -499,8 +505,9 @@ def forward_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None
                 break
     if name is None and ok_o and T_Q != T_K:
         sim = torch.full((lbuf.numel(),), float("nan"), dtype=torch.float64)
+        at = L.storage_offset() - lbuf.storage_offset()
         for bh in range(B * H):
-            sim[bh * T_K:bh * T_K + T_Q] = want["L"].reshape(B * H, T_Q)[bh]
+            sim[at + bh * T_K:at + bh * T_K + T_Q] = want["L"].reshape(B * H, T_Q)[bh]
         if close(lbuf.detach().cpu().double()[:sim.numel()], sim, atol=1e-4):
             name = ("L's entries are written T_K apart: the entry of query t of (b, h) is at L + (b * H + h) * T_Q "
                     "+ t (L has one entry per query)")
@@ -807,6 +814,9 @@ def dq_case(kernel, x, causal, bm, bn, *, dtype=torch.float32, layouts=None, rer
     if name is None and torch.isnan(got).any():
         name = ("nan in dQ: a load of the last query or key tile without a mask reads past the end (mask the loads of "
                 "Q, dO, L and Delta with rows < T_Q, of K and V with keys < T_K)")
+        if causal:
+            name += ("; under CAUSAL, also stop the loop at min((i + 1) * BLOCK_M, T_K), not (i + 1) * BLOCK_M, "
+                     "which lies past T_K in the last query tile")
     raise CheckFailed(f"dq_kernel on {case}: dQ is wrong", reread=reread,
                       details=[f"max |dQ - expected| = {max_abs_diff(got, want['dq']):.3g} (tolerance {tq:.2g})"],
                       hint=name or "per key tile: S = scale * Q_i K_j^T, P = exp(S - L_i) (0 where masked), "
@@ -865,7 +875,8 @@ def dq_causal(dq_kernel) -> None:
     """CAUSAL with square and unequal tiles, T not a multiple of a tile."""
     g = torch.Generator().manual_seed(119)
     dq_case(dq_kernel, make_inputs(g, 1, 2, 40, 40, 16), True, 16, 16, reread=SEC_CAUSAL)
-    dq_case(dq_kernel, make_inputs(g, 1, 1, 24, 24, 16), True, 32, 16, reread=SEC_CAUSAL)
+    # T = 48: a multiple of BLOCK_N, not of BLOCK_M: the last query tile's bound (i + 1) * BLOCK_M = 64 lies past T_K
+    dq_case(dq_kernel, make_inputs(g, 1, 1, 48, 48, 16), True, 32, 16, reread=SEC_CAUSAL)
     passed("dq_kernel: causal dQ, the key tiles after the diagonal skipped, the diagonal tile kept")
 
 
@@ -1003,6 +1014,9 @@ def _function_case(fn, x, causal, blocks, *, dtype=torch.float32, layouts=None, 
     if name is None and dtype == torch.float16:
         name = ("keep L and Delta in float32 (B, H, T_Q) tensors whatever the inputs' dtype: in float16, L ~ 10 is "
                 "rounded by 0.008 and P = exp(S - L) by as much")
+    if name is None and set(wrong) == {"dq", "dk"}:
+        name = ("dQ and dK are wrong and dV is right: dV does not use Delta, dQ and dK do: look at delta_kernel's "
+                "launch (every query row: grid (cdiv(T_Q, block_m), B * H) with BLOCK_M=block_m)")
     if name is None and wrong == ["dq"]:
         name = ("dK and dV are right and dQ is wrong: if dq_kernel's checks pass, look at its launch (grid "
                 "(cdiv(T_Q, block_m), B * H), dq's strides, T_Q and T_K)")

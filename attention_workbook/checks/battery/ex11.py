@@ -93,9 +93,11 @@ def dq_values(dq_kernel, g) -> None:
 
 
 def dq_causal(dq_kernel, g) -> None:
-    for bm, bn in ((32, 16), (16, (16, 32)[randint(g, 0, 1)])):
-        x, _, _ = _draw(g, causal=True, lo=17)
-        visible.dq_case(dq_kernel, x, True, bm, bn, reread=visible.SEC_CAUSAL)
+    T = 16 * (2 * randint(g, 1, 2) + 1)          # a multiple of BLOCK_N = 16, not of BLOCK_M = 32
+    visible.dq_case(dq_kernel, visible.make_inputs(g, 1, randint(g, 1, 2), T, T, 16), True, 32, 16,
+                    reread=visible.SEC_CAUSAL)
+    x, _, bn = _draw(g, causal=True, lo=17)
+    visible.dq_case(dq_kernel, x, True, 16, bn, reread=visible.SEC_CAUSAL)
 
 
 def dq_layouts(dq_kernel, g) -> None:

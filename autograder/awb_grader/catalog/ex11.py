@@ -6,6 +6,7 @@ Function's launch mistakes and the module's; and correct alternatives, among the
 to the exercise's interfaces (``outside.py``: each with its source)."""
 
 from . import Alternative, Mistake, edit
+from . import ex11_outside as outside
 
 A = "11_flash_attention_backward"
 
@@ -343,6 +344,38 @@ MISTAKES = [
         must_fail=("test_gpt_trains",), hint="W_o is not applied", label="no W_o"),
 ]
 
+# bugs that shipped in public Triton backward kernels and were later reported or fixed (ex11_outside.py: sources)
+MISTAKES += [
+    Mistake(
+        id="outside_tutorial_backward_always_causal", cell="dkdv_kernel",
+        description="Triton's fused-attention tutorial's backward (06-fused-attention.py @ 003da478) adapted as it "
+                    "shipped: the causal stages whatever causal says (triton-lang/triton issue #4541, fixed by PR "
+                    "#8565)",
+        source=outside.TUTORIAL_ALWAYS_CAUSAL["dkdv_kernel"],
+        extra_cells={"dq_kernel": outside.TUTORIAL_ALWAYS_CAUSAL["dq_kernel"]},
+        must_fail=("test_dkdv_values", "test_dkdv_layouts", "test_dq_values", "test_dq_layouts",
+                   "test_function_grads", "test_function_layouts"),
+        hint="though CAUSAL is False", label="tutorial backward always causal"),
+    Mistake(
+        id="outside_flagattention_preprocess_contiguous", cell="delta_kernel",
+        description="FlagAttention's _bwd_preprocess before its fix 63735de: O and dO read as if contiguous",
+        source=outside.FLAG_DELTA_CONTIGUOUS,
+        must_fail=("test_delta_layouts", "test_function_layouts", "test_gpt_trains"), hint="wrong strides for o, do",
+        label="FlagAttention preprocess strides", visible=True),
+    Mistake(
+        id="outside_flagattention_dq_loop_bound", cell="dq_kernel",
+        description="FlagAttention's _bwd_q_kernel before its fix 7b91f00 (PR #8): the causal loop runs to "
+                    "(i + 1) * BLOCK_M past T_K, with unmasked loads when T_K is a multiple of BLOCK_N",
+        source=outside.FLAG_DQ_LOOP_BOUND,
+        must_fail=("test_dq_causal",), hint="not (i + 1) * BLOCK_M", label="FlagAttention dQ loop bound"),
+    Mistake(
+        id="outside_preprocess_on_forward_grid", cell="FlashAttention",
+        description="the D kernel launched on the forward's grid with the backward's block (Triton's tutorial before "
+                    "PR #2020): rows of Delta never computed when block_n < block_m",
+        source=outside.PREPROCESS_ON_FORWARD_GRID,
+        must_fail=("test_function_grads",), hint="dV does not use Delta", label="D on the forward's grid"),
+]
+
 ALTERNATIVES = [
     Alternative(
         id="fused_atomic_dq",
@@ -361,6 +394,20 @@ ALTERNATIVES = [
                     "Triton's tutorial starts them): every row that sees the key tile is still visited",
         cells={"dkdv_kernel": edit(A, "dkdv_kernel", ("first = (j * BLOCK_N) // BLOCK_M * BLOCK_M",
                                                       "first = j * BLOCK_N"))}),
+    Alternative(
+        id="outside_triton_tutorial",
+        description="Triton's fused-attention tutorial's backward (06-fused-attention.py @ 003da478, with PR #8565's "
+                    "non-causal path): dK/dV transposed, exp2, the diagonal in masked sub-blocks, dQ right to left",
+        cells=outside.TUTORIAL),
+    Alternative(
+        id="outside_flash_attn_triton",
+        description="Tri Dao's flash_attn_triton.py backward (@ 00583fb1, SEQUENCE_PARALLEL): one kernel per key "
+                    "block, dQ by tl.atomic_add into float32",
+        cells=outside.FLASH_ATTN_TRITON),
+    Alternative(
+        id="outside_flagattention",
+        description="FlagAttention's flash.py backward (@ ee91638d): _bwd_preprocess, _bwd_kv_kernel, _bwd_q_kernel",
+        cells=outside.FLAG_ATTENTION),
     Alternative(
         id="warnings_in_function",
         description="a Function that warns (warnings.warn in forward, a deprecated call): correct, so full marks, "

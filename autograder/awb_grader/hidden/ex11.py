@@ -47,21 +47,25 @@ def _oracle(q, k, v, do=None, causal=False):
 
 
 def _buffer(values, layout, dtype=None, pad=16):
-    """A (B, H, T, D) view with ``layout`` inside a NaN-filled buffer (its other elements stay NaN)."""
+    """A (B, H, T, D) view with ``layout`` inside a NaN-filled storage: a block as large as the view's layout needs,
+    with as much NaN again before and after it (the interpreter checks no address: a kernel that misses its tensor
+    by a sign or a stride lands in NaN, not in the student's heap)."""
     B, H, T, D = values.shape
     dtype = dtype or values.dtype
-    nan = float("nan")
+    blocks = {"front": (B * H * (T + pad) * D,), "transpose": (B, T + pad, H, D), "kT": (B, H, D, T + pad),
+              "wide": (B, T + pad, H, D + pad), "slice": (B, H, T + pad, D + pad)}
+    n = math.prod(blocks[layout])
+    block = torch.full((3 * n,), float("nan"), dtype=dtype)[n:2 * n].view(blocks[layout])
     if layout == "front":
-        buf = torch.full((B * H * T * D + B * H * pad * D,), nan, dtype=dtype)
-        view = buf[:B * H * T * D].view(B, H, T, D)
+        view = block[:B * H * T * D].view(B, H, T, D)
     elif layout == "transpose":
-        view = torch.full((B, T + pad, H, D), nan, dtype=dtype)[:, :T].transpose(1, 2)
+        view = block[:, :T].transpose(1, 2)
     elif layout == "kT":
-        view = torch.full((B, H, D, T + pad), nan, dtype=dtype)[..., :T].transpose(-1, -2)
+        view = block[..., :T].transpose(-1, -2)
     elif layout == "wide":                                         # heads split by a transpose, rows D + pad wide
-        view = torch.full((B, T + pad, H, D + pad), nan, dtype=dtype)[:, :T, :, pad:].transpose(1, 2)
+        view = block[:, :T, :, pad:].transpose(1, 2)
     else:                                                          # "slice": the last D of rows D + pad wide
-        view = torch.full((B, H, T + pad, D + pad), nan, dtype=dtype)[:, :, :T, pad:]
+        view = block[:, :, :T, pad:]
     view.copy_(values.to(dtype))
     return view
 
@@ -71,11 +75,11 @@ def _empty(shape, layout="front", dtype=torch.float32):
 
 
 def _rows(values, shape):
-    """A contiguous float32 (B, H, T) at the front of a NaN-filled buffer (L, Delta), with room for 64 more rows of
-    every head (a kernel addressing it T_K apart stays inside: the interpreter checks no address)."""
+    """A contiguous float32 (B, H, T) inside a NaN-filled storage, with room for 64 more rows of every head after it
+    and as much before it (a kernel addressing it T_K apart stays inside)."""
     n = math.prod(shape)
-    buf = torch.full((n + math.prod(shape[:-1]) * 64 + 64,), float("nan"))
-    view = buf[:n].view(shape)
+    room = n + math.prod(shape[:-1]) * 64 + 64
+    view = torch.full((2 * room + n,), float("nan"))[room:room + n].view(shape)
     if values is not None:
         view.copy_(values.float())
     return view
@@ -137,11 +141,12 @@ def _case(shape, causal, bm, bn, dtype, layouts=False):
 
 
 def _outside(view) -> bool:
-    """Every element of the view's buffer outside the view is still NaN (nothing stored past it)."""
-    base = view._base if view._base is not None else view
-    cover = torch.zeros(base.numel(), dtype=torch.bool)
-    cover.as_strided(view.shape, view.stride(), view.storage_offset() - base.storage_offset())[...] = True
-    return bool(torch.isnan(base.reshape(-1)[~cover]).all())
+    """Every element of the view's storage outside the view is still NaN (nothing stored outside it)."""
+    n = view.untyped_storage().nbytes() // view.element_size()
+    flat = torch.empty(0, dtype=view.dtype).set_(view.untyped_storage(), 0, (n,), (1,))
+    cover = torch.zeros(n, dtype=torch.bool)
+    cover.as_strided(view.shape, view.stride(), view.storage_offset())[...] = True
+    return bool(torch.isnan(flat[~cover]).all())
 
 
 # ----------------------------------------------------------------------------------------
@@ -308,6 +313,8 @@ def dq_causal(dq_kernel) -> None:
     g = rng(1110)
     for bm, bn in ((32, 16), (16, (16, 32)[randint(g, 0, 1)])):
         B, H, T_Q, T_K, D, _, _ = _draw(g, causal=True, t_lo=17)
+        if bm == 32:                 # a multiple of BLOCK_N, not of BLOCK_M: the bound (i + 1) * BLOCK_M lies past T_K
+            T_Q = T_K = 16 * (2 * randint(g, 1, 2) + 1)
         _dq_case(dq_kernel, g, (B, H, T_Q, T_K, D), True, bm, bn)
 
 
