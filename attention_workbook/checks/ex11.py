@@ -1038,10 +1038,11 @@ def _is_function(FlashAttention) -> None:
 
 
 def function_grads(FlashAttention, flash_attention) -> None:
-    """O and dq, dk, dv against float64 autograd: causal and not, T_Q != T_K, unequal tiles, default tiles."""
+    """O and dq, dk, dv against float64 autograd: causal and not (and causal left at its default), T_Q != T_K,
+    unequal tiles, default tiles."""
     _is_function(FlashAttention)
     g = torch.Generator().manual_seed(121)
-    _function_case(flash_attention, make_inputs(g, 1, 2, 24, 24, 16), True, None)
+    _function_case(flash_attention, make_inputs(g, 1, 2, 24, 24, 16), None, None)
     _function_case(flash_attention, make_inputs(g, 2, 1, 20, 33, 16), False, (32, 16))
     _function_case(flash_attention, make_inputs(g, 1, 1, 40, 40, 16), True, (16, 32))
     passed("FlashAttention: O, dq, dk and dv equal float64 autograd's, causal or not, T_Q != T_K, any tiles")
@@ -1116,8 +1117,9 @@ def _module_case(cls, ref, x, is_causal, what):
         raise CheckFailed("FlashCausalSelfAttention's parameters are not lecture 08's CausalSelfAttention's",
                           reread=SEC_TRAINING, details=[str(e).splitlines()[0][:160]],
                           hint="subclass CausalSelfAttention and keep its W_qkv and W_o (override forward only)")
+    kw = {"is_causal": True} if is_causal else {}            # is_causal=False: its default
     with forbid(kernel_builtins(), NO_SDPA.replace("FlashAttention", "FlashCausalSelfAttention")):
-        out = call(mod, x, is_causal=is_causal, name="FlashCausalSelfAttention", reread=SEC_TRAINING)
+        out = call(mod, x, name="FlashCausalSelfAttention", reread=SEC_TRAINING, **kw)
     out = expect_tensor(out, "FlashCausalSelfAttention", SEC_TRAINING)
     expect_shape(out, x.shape, f"FlashCausalSelfAttention on {what}", reread=SEC_TRAINING,
                  hint="the output has x's shape (B, T, D_model)")
@@ -1126,7 +1128,7 @@ def _module_case(cls, ref, x, is_causal, what):
         ref.float()
     got = out.detach().cpu().double()
     if close(got, want, atol=1e-4):
-        return
+        return mod
     cands = module_variants(ref, x, is_causal)
     name = first_match(got, {n: c.detach() for n, c in cands.items() if not close(c.detach(), want, atol=1e-7)},
                        atol=1e-4)
@@ -1136,6 +1138,23 @@ def _module_case(cls, ref, x, is_causal, what):
                       hint=name or "q, k, v = W_qkv(x) split along the last axis, each viewed as (B, T, H, Dh) and "
                                    "transposed to (B, H, T, Dh); flash_attention(q, k, v, causal=is_causal); "
                                    "transpose back, reshape to (B, T, Dm), W_o")
+
+
+def refuses_other_inputs(mod, x) -> None:
+    """A mask, or keys and values of their own, are not supported: the module says so with a ValueError."""
+    T = x.size(1)
+    for what, kw in (("a mask", {"mask": torch.ones(T, T, dtype=torch.bool)}), ("kv (cross-attention)", {"kv": x})):
+        try:
+            mod(x, **kw)
+        except ValueError:
+            continue
+        except Exception as e:  # noqa: BLE001 - any other error is the wrong answer to bad input
+            raise CheckFailed(f"FlashCausalSelfAttention given {what} raised {type(e).__name__}, not ValueError",
+                              reread=SEC_TRAINING, hint="check kv and mask first: if either is given, raise a "
+                                                        "ValueError that says what is supported") from None
+        raise CheckFailed(f"FlashCausalSelfAttention given {what} ran without a word", reread=SEC_TRAINING,
+                          hint="kv and mask are not supported: raise a ValueError when either is given, instead of "
+                               "silently computing causal self-attention")
 
 
 def tiny_gpt(cfg: dict, seed: int, attention_cls=None):
@@ -1200,7 +1219,8 @@ def gpt_trains(FlashCausalSelfAttention, g: torch.Generator | None = None, seed:
     # past T are nobody's (a kernel that read past them would read whatever lies there)
     # (is_causal=True: the GPT below calls it so)
     x = torch.randn(2, 32, cfg["d_model"], generator=g)
-    _module_case(FlashCausalSelfAttention, ref, x, False, "x (2, 32, 32), 2 heads, is_causal=False")
+    mod = _module_case(FlashCausalSelfAttention, ref, x, False, "x (2, 32, 32), 2 heads, is_causal left at its default")
+    refuses_other_inputs(mod, x)
     batches = gpt_batches(g, cfg, 2, B=1)
     mine = call(tiny_gpt, cfg, seed, FlashCausalSelfAttention, name="FlashCausalSelfAttention", reread=SEC_TRAINING)
     oracle = tiny_gpt(cfg, seed).double()

@@ -337,6 +337,14 @@ MISTAKES = [
         source=edit(A, "FlashCausalSelfAttention", ("causal=is_causal)", "causal=True)")),
         must_fail=("test_gpt_trains",), hint="causal whatever is_causal says", label="always causal", visible=True),
     Mistake(
+        id="mod_mask_ignored", cell="FlashCausalSelfAttention",
+        description="a mask (or kv) given is silently ignored: right when neither is given (inside the GPT), no "
+                    "ValueError when one is",
+        source=edit(A, "FlashCausalSelfAttention", (
+            "        if kv is not None or mask is not None:\n"
+            "            raise ValueError(\"FlashCausalSelfAttention: self-attention without a mask only\")\n", "")),
+        must_fail=("test_gpt_trains",), hint="ran without a word", label="mask ignored", visible=True),
+    Mistake(
         id="mod_no_output_projection", cell="FlashCausalSelfAttention",
         description="the heads merged but W_o never applied",
         source=edit(A, "FlashCausalSelfAttention", ("return self.W_o(y.transpose(1, 2).reshape(B, T, Dm))",

@@ -433,13 +433,22 @@ def gpt_trains(FlashCausalSelfAttention) -> None:
     Wo = torch.randn(Dm, Dm, generator=g) / math.sqrt(Dm)
     A.load(mod, {"W_qkv.weight": W, "W_qkv.bias": bW, "W_o.weight": Wo, "W_o.bias": bo})
     x = torch.randn(2, 16 * randint(g, 1, 2), Dm, generator=g)     # whole tiles: rows past T are nobody's
-    for causal in (False,):                                      # (causal: the GPT below)
+    for causal in (False,):                                      # (causal: the GPT below; False: the default)
         with A.forbid(kernel_builtins(), NO_SDPA.replace("FlashAttention", "FlashCausalSelfAttention")):
-            out = call(mod, x, is_causal=causal, name="FlashCausalSelfAttention")
+            out = call(mod, x, name="FlashCausalSelfAttention")
         want = _attention_module(W.double(), bW.double(), Wo.double(), bo.double(), x.double(), H, causal)
         if not isinstance(out, torch.Tensor) or not close(out, want, atol=1e-4):
             fail_values("FlashCausalSelfAttention", out if isinstance(out, torch.Tensor) else torch.empty(0), want,
                         f"x {tuple(x.shape)}, {H} heads, is_causal={causal}, weights loaded", "1e-4 absolute")
+    for what, kw in (("a mask", {"mask": torch.ones(x.size(1), x.size(1), dtype=torch.bool)}), ("kv", {"kv": x})):
+        try:
+            call(mod, x, name="FlashCausalSelfAttention", **kw)
+        except CheckFailed as e:
+            if "raised ValueError" in e.title:
+                continue
+            raise CheckFailed(f"hidden test: FlashCausalSelfAttention given {what}: {e.title}") from None
+        raise CheckFailed(f"hidden test: FlashCausalSelfAttention given {what} raised no ValueError",
+                          details=[f"case: x {tuple(x.shape)}"])
     seed = randint(g, 0, 999)
     mods = [A.new(FlashCausalSelfAttention, Dm, H, name="FlashCausalSelfAttention") for _ in range(cfg["n_layer"])]
     model = call(A.make, "ex11.flash_gpt", cfg, seed, mods, name="FlashCausalSelfAttention (in lecture 08's GPT)")
