@@ -14,7 +14,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Two pytest workers on two cores each start notebook kernels: one torch thread per process
 # avoids oversubscription (small tensors gain nothing from more). Kernels inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# Exercise and lecture 10's kernels run in Triton's interpreter where there is no NVIDIA GPU; it must be
+# Exercise and lecture 10's and 11's kernels run in Triton's interpreter where there is no NVIDIA GPU; it must be
 # on before anything imports triton (attention_workbook.tritonenv decides the same in a notebook)
 if not Path("/dev/nvidia0").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -34,7 +34,8 @@ def _restore_process_state():
     os.chdir(cwd)
 
 
-TRITON_PARTS = ("10_flash_attention_triton", "test_checks_ex10", "test_triton", "[10-", "-10-")
+TRITON_PARTS = ("10_flash_attention_triton", "test_checks_ex10", "test_triton", "[10-", "-10-",
+                "11_flash_attention_backward", "test_checks_ex11", "[11-", "-11-")
 
 
 @pytest.fixture(scope="session")

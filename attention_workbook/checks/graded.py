@@ -45,6 +45,14 @@ ANSWERS = {
         'generate_cached',
     ],
     '10_flash_attention_triton': ['softmax_kernel', 'flash_attention_kernel', 'flash_attention'],
+    '11_flash_attention_backward': [
+        'flash_forward_kernel',
+        'delta_kernel',
+        'dkdv_kernel',
+        'dq_kernel',
+        'FlashAttention',
+        'FlashCausalSelfAttention',
+    ],
 }
 
 TESTS = {
@@ -180,6 +188,22 @@ TESTS = {
         ('test_flash_attention_values', 2, 'flash_attention_values', ('flash_attention',)),
         ('test_flash_attention_layouts', 1, 'flash_attention_layouts', ('flash_attention',)),
     ],
+    '11_flash_attention_backward': [
+        ('test_forward_values', 2, 'forward_values', ('flash_forward_kernel',)),
+        ('test_forward_causal', 1, 'forward_causal', ('flash_forward_kernel',)),
+        ('test_forward_layouts', 1, 'forward_layouts', ('flash_forward_kernel',)),
+        ('test_delta_values', 1, 'delta_values', ('delta_kernel',)),
+        ('test_delta_layouts', 1, 'delta_layouts', ('delta_kernel',)),
+        ('test_dkdv_values', 2, 'dkdv_values', ('dkdv_kernel',)),
+        ('test_dkdv_causal', 2, 'dkdv_causal', ('dkdv_kernel',)),
+        ('test_dkdv_layouts', 1, 'dkdv_layouts', ('dkdv_kernel',)),
+        ('test_dq_values', 2, 'dq_values', ('dq_kernel',)),
+        ('test_dq_causal', 1, 'dq_causal', ('dq_kernel',)),
+        ('test_dq_layouts', 1, 'dq_layouts', ('dq_kernel',)),
+        ('test_function_grads', 2, 'function_grads', ('FlashAttention', 'flash_attention')),
+        ('test_function_layouts', 1, 'function_layouts', ('FlashAttention', 'flash_attention')),
+        ('test_gpt_trains', 2, 'gpt_trains', ('FlashCausalSelfAttention',)),
+    ],
 }
 
 PROVIDED = {
@@ -204,4 +228,5 @@ PROVIDED = {
         'attention_workbook.mha.split_heads',
     ],
     '10_flash_attention_triton': ['attention_workbook.tritonenv'],
+    '11_flash_attention_backward': ['attention_workbook.tritonenv', 'attention_workbook.gpt.CausalSelfAttention'],
 }

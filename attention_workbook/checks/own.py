@@ -77,6 +77,13 @@ def is_reference(obj, exercise: str) -> bool:
     return not any(name == p or name.startswith(p + ".") for p in provided)
 
 
+def is_provided(obj, exercise: str) -> bool:
+    """A package class or function the exercise provides on purpose (``EXERCISES[...]["provided"]``)."""
+    name = qualified(obj)
+    provided = EXERCISES.get(exercise, {}).get("provided", [])
+    return _in_package(name) and any(name == p or name.startswith(p + ".") for p in provided)
+
+
 def _code_objects(code):
     yield code
     for c in code.co_consts:
@@ -219,9 +226,14 @@ class _Finder:
         if not top and name in self.graded and self.namespace is not None and self.namespace.get(name) is obj:
             return  # another graded item: judged on its own
         if isinstance(obj, type):
+            brought: set = set()          # the bases of a provided class come with it (11: gpt.CausalSelfAttention's)
             for base in obj.__mro__[1:]:
+                if base in brought:
+                    continue
                 if is_reference(base, self.exercise):
                     self.note("subclasses", base)
+                elif is_provided(base, self.exercise):
+                    brought.update(base.__mro__[1:])
                 elif self.is_student(base):
                     self.visit(base)
             for attr in list(vars(obj).values()):

@@ -23,7 +23,9 @@ table, and cross as ``{"__ref__": id, "info": {...}}`` (info: type name, whether
               ``rebind`` ({top-level name: value}, e.g. a checker object from ``make``, in the
               student's namespace during the call only: exercise 10's launcher is called with a
               stand-in for its kernel); what it did in place to its tensor arguments comes back
-              as ``effects``
+              as ``effects``; with ``wrt`` (positions of tensor arguments) and ``grad_output``,
+              autograd on for those arguments and the output's backward: (output, [their
+              gradients]) (``replay_support.call_with_grads``)
 ``train``     target, mode: ``target.train(mode)``
 ``params``    target, prefix: [(name, tensor)] of ``named_parameters()``
 ``load``      target, values {dotted path: tensor}: copied into the object's own tensors
@@ -162,6 +164,8 @@ class Server:
                     stack.enter_context(A.rebound_in(self.ns, name, value))
                 if op == "launch":
                     out = A.launch_kernel(obj, req["grid"], args, kwargs)
+                elif req.get("wrt") is not None:
+                    out = A.call_with_grads(obj, args, kwargs, req["wrt"], req.get("grad_output"))
                 else:
                     out = obj(*args, **kwargs)
             # what the call did to its tensor arguments in place (copied back onto the caller's)

@@ -208,6 +208,16 @@ def recording_gpt(cfg: dict, seed: int):
     return model
 
 
+def flash_gpt(cfg: dict, seed: int, modules: list):
+    """Lecture 08's GPT (seeded) whose blocks' attention are the student's ``modules`` (exercise 11's
+    FlashCausalSelfAttention instances), each loaded with its block's weights."""
+    from attention_workbook.checks.ex11 import install, tiny_gpt
+
+    model = tiny_gpt(cfg, seed)
+    install(model, modules)
+    return model
+
+
 def maker(kind: str):
     """The checker-side object ``kind`` (what ``_adapter.make`` asks for), built where the
     student's code runs."""
@@ -233,6 +243,8 @@ def maker(kind: str):
         from attention_workbook.checks.ex10 import KernelStandIn
 
         return KernelStandIn
+    if kind == "ex11.flash_gpt":
+        return flash_gpt
     raise KeyError(f"unknown checker object {kind!r}")
 
 
@@ -278,6 +290,23 @@ def rebound_in(namespace: dict, name: str, value):
             namespace.pop(name, None)
         else:
             namespace[name] = saved
+
+
+def call_with_grads(fn, args, kwargs, wrt, grad_output):
+    """``fn(*args, **kwargs)`` with autograd on for the tensors ``args[i]``, ``i`` in ``wrt`` (new leaves, their
+    strides kept), then ``output.backward(grad_output)``: (output, [their gradients]) (``_adapter.vjp``: exercise
+    11's autograd Function, whose gradients exist only where the student's code runs)."""
+    args = list(args)
+    for i in wrt:
+        args[i] = args[i].detach().requires_grad_(True)
+    with torch.enable_grad():
+        out = fn(*args, **kwargs)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"it returned {type(out).__name__}, not a tensor")
+        if not out.requires_grad:
+            raise RuntimeError("its output does not require grad: autograd has no path back to the inputs")
+        out.backward(grad_output)
+    return out.detach(), [args[i].grad for i in wrt]
 
 
 def launch_kernel(kernel, grid, args, kwargs) -> None:

@@ -19,6 +19,8 @@ and object is a *proxy* to a separate sandboxed process running the student's co
 ``make(kind, ...)``        a checker-side object (scripted model, stub: ``replay_support``)
                            built where the student's code runs
 ``forbid(targets, why)``   built-ins the student's code may not call (applied where it runs)
+``vjp(fn, *args,           ``fn(*args)`` where the student's code runs, with autograd on for
+  grad_output=, wrt=)``    ``args[i]`` (i in wrt) and the output's backward: (output, [gradients])
 ``launch(kernel, grid,     a Triton kernel of the student's launched where their code runs,
   *args, **meta)``         ``kernel[grid](*args, **meta)``: what it writes into its tensor
                            arguments comes back into the checker's tensors (in place)
@@ -48,6 +50,7 @@ from attention_workbook.checks import core
 
 from ..replay_support import (  # noqa: F401 - LoadError and torch_spec: part of this API
     LoadError,
+    call_with_grads,
     describe_module,
     get_plain,
     grads_of,
@@ -254,6 +257,20 @@ def call_rebound(fn, rebind: dict, *args, name: str, **kwargs):
             if glb is not None:
                 stack.enter_context(rebound_in(glb, key, value))
         return call(lambda *a, **k: fn(*a, **k), *args, name=name, **kwargs)
+
+
+def vjp(fn, *args, grad_output, wrt=(0, 1, 2), name: str, **kwargs):
+    """``fn(*args, **kwargs)`` where the student's code runs, with autograd on for ``args[i]`` (``i`` in ``wrt``)
+    and ``output.backward(grad_output)`` there: (output, [the gradients of those arguments, None where none
+    reached them]). Exercise 11's autograd Function: its backward runs only beside its forward."""
+    from ._base import call
+
+    wrt = [int(i) for i in wrt]
+    if isinstance(fn, RemoteFunction):
+        def remote(*a, **k):
+            return fn._client.request("call", target=fn.__name__, args=a, kwargs=k, wrt=wrt, grad_output=grad_output)
+        return call(remote, *args, name=name, **kwargs)
+    return call(lambda *a, **k: call_with_grads(fn, a, k, wrt, grad_output), *args, name=name, **kwargs)
 
 
 @contextlib.contextmanager
