@@ -46,6 +46,17 @@ def become_subreaper() -> bool:
         return False
 
 
+def machine_cpu() -> float | None:
+    """CPU seconds the whole machine has spent so far (user, nice, system, irq, softirq of
+    /proc/stat): on a quiet machine, a run's difference counts every process it caused, however
+    it ended and whoever reaped it (a sandbox's own init, a zygote), which RUSAGE_CHILDREN cannot."""
+    try:
+        f = open("/proc/stat").readline().split()
+    except OSError:
+        return None
+    return sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7])) / os.sysconf("SC_CLK_TCK")
+
+
 def children_cpu() -> float:
     """CPU seconds of every descendant reaped so far, after reaping the adopted ones that ended."""
     import resource
@@ -111,6 +122,7 @@ def main() -> None:
     print(f"cohort: {len(plan)} files")
     times: dict[str, list[float]] = {"before": [], "after": []}
     cores: dict[str, list[float]] = {"before": [], "after": []}
+    machine: dict[str, list[float]] = {"before": [], "after": []}
     first = None
     counted = become_subreaper()
     print(f"core-seconds: {'every process the command started' if counted else 'NOT all counted (no subreaper)'}")
@@ -119,15 +131,19 @@ def main() -> None:
             tree = (a.before if tag == "before" else a.after).resolve()
             env = {**os.environ, "PYTHONPATH": f"{tree / 'autograder'}{os.pathsep}{tree}"}
             root = work / f"{tag}-{r}"
-            c0, t0 = children_cpu(), time.perf_counter()
+            c0, m0, t0 = children_cpu(), machine_cpu(), time.perf_counter()
             res = subprocess.run([sys.executable, "-m", "awb_grader", "cohort", str(work / "lms.zip"), "--exercises",
                                   *a.exercises, "--workers", str(a.workers), "--course", str(root)],
                                  env=env, cwd=tree, capture_output=True, text=True)
             wall = time.perf_counter() - t0
             core = children_cpu() - c0
+            m1 = machine_cpu()
             graded = len(list((root / "autograded").glob("*/*")))
+            mach = None if m0 is None or m1 is None else (m1 - m0) / max(graded, 1)
             times[tag].append(wall)
             cores[tag].append(core / max(graded, 1))
+            if mach is not None:
+                machine[tag].append(mach)
             got = _outcomes(root / "flags.csv")
             first = first if first is not None else got
             print(f"[{tag}] scores, statuses and failed cells {'the same as' if got == first else 'DIFFER from'} "
@@ -135,13 +151,19 @@ def main() -> None:
             for row in sorted(set(got) ^ set(first)):
                 print(f"    {'only here' if row in got else 'only in the first run'}: {row}")
             print(f"[{tag}] {tree}: {wall:.1f} s for {graded} graded notebooks = {wall / max(graded, 1):.2f} s per "
-                  f"notebook of wall time, {core / max(graded, 1):.2f} core-seconds per notebook, "
-                  f"rc={res.returncode}  [{load()}]")
+                  f"notebook of wall time, {core / max(graded, 1):.2f} core-seconds per notebook "
+                  f"(its processes' rusage), {mach if mach is not None else float('nan'):.2f} "
+                  f"(the machine's CPU time), rc={res.returncode}  [{load()}]")
     b, n = statistics.mean(times["before"]), statistics.mean(times["after"])
     print(f"mean before {b:.1f} s, after {n:.1f} s: after / before = {n / b:.2f}")
     cb, cn = statistics.mean(cores["before"]), statistics.mean(cores["after"])
     print(f"core-seconds per notebook: before {cb:.2f}, after {cn:.2f}: after / before = {cn / cb:.2f}; "
           f"300 x 9 on 8 cores (all busy): before {2700 * cb / 8 / 60:.1f} min, after {2700 * cn / 8 / 60:.1f} min")
+    if machine["before"] and machine["after"]:
+        mb, mn = statistics.mean(machine["before"]), statistics.mean(machine["after"])
+        print(f"the machine's CPU seconds per notebook (everything running here, so on a quiet machine only): "
+              f"before {mb:.2f}, after {mn:.2f}: after / before = {mn / mb:.2f}; 300 x 9 on 8 cores (all busy): "
+              f"before {2700 * mb / 8 / 60:.1f} min, after {2700 * mn / 8 / 60:.1f} min")
     print(f"done; {load()}")
 
 
