@@ -75,12 +75,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
-# {early warning (in-process, tests/nbrun.py): the test that asserts the same rule on nbgrader's own
-# output}. tests/test_visible_hints.py's grade-table test applies test_catalog's rule (the grade table
-# names the mistake and nothing in an earlier function) to in-process messages, minutes before
-# test_catalog can say it (`make test-fast`, `pytest -k`); where a run also grades that exercise's
-# catalog through nbgrader (`make test`), it repeats the assertion on a copy of the messages: left out,
-# about 130 s of exercise 11's interpreter in each full run.
+# {in-process early warning: the test that asserts the same rule on what nbgrader stores}.
+# tests/test_visible_hints.py's grade-table test applies test_catalog's rule (the grade table names
+# the mistake and nothing in an earlier function) to messages computed in-process, minutes before
+# test_catalog can say it (`make test-fast`, `pytest -k`). In a run that also grades that exercise's
+# catalog through nbgrader (`make test`), test_catalog asserts it on the messages of the autograded
+# notebooks: the early warning is left out there (about 130 s of exercise 11's interpreter a run).
 EARLY_WARNINGS = {"test_visible_hints.py::test_grade_table_names_the_mistake": "test_catalog.py::test_catalog"}
 
 
