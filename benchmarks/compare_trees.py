@@ -18,6 +18,9 @@ process it started (kernels, replays, sandboxes), read from ``RUSAGE_CHILDREN``:
 is their child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so the sandboxed processes that
 nbgrader kills rather than reaps are reaped here and counted. Less sensitive to the load of
 other work on the machine than the wall time (not immune: shared cores run slower).
+Beside it, the machine's CPU time over the run (``/proc/stat``): on a quiet machine it counts
+what rusage cannot (processes reaped by bubblewrap's own init inside their PID namespace), so the
+cold path's figure is that one.
 Prints figures only; asserts nothing.
 """
 
