@@ -54,7 +54,8 @@ def machine_cpu() -> float | None:
     /proc/stat): on a quiet machine, a run's difference counts every process it caused, however
     it ended and whoever reaped it (a sandbox's own init, a zygote), which RUSAGE_CHILDREN cannot."""
     try:
-        f = open("/proc/stat").readline().split()
+        with open("/proc/stat") as fh:
+            f = fh.readline().split()
     except OSError:
         return None
     return sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7])) / os.sysconf("SC_CLK_TCK")

@@ -91,12 +91,13 @@ def _leave_out_early_warnings(config, items):
             return item.callspec.params.get("assignment")
         return None
 
-    graded = {key(i, full) for i in items for full in EARLY_WARNINGS.values()
-              if key(i, full) and not i.get_closest_marker("skip")}
-    early = [i for i in items for warn in EARLY_WARNINGS if key(i, warn) in graded]
+    graded = {a for i in items if not i.get_closest_marker("skip")
+              for full in EARLY_WARNINGS.values() if (a := key(i, full))}
+    early = [i for i in items if any(key(i, warn) in graded for warn in EARLY_WARNINGS)]
     if early:
         config.hook.pytest_deselected(items=early)
-        items[:] = [i for i in items if i not in early]
+        left = set(map(id, early))
+        items[:] = [i for i in items if id(i) not in left]
 
 
 def small_corpus(folder: Path) -> Path:
