@@ -240,10 +240,11 @@ def _records(root):
 
 
 def _same(one: Path, multi: Path):
-    assert gradebook_dump(f"sqlite:///{one / 'gradebook.db'}") == gradebook_dump(f"sqlite:///{multi / 'gradebook.db'}")
-    assert _rows(one / "grades.csv") == _rows(multi / "grades.csv")
-    assert _rows(one / "flags.csv") == _rows(multi / "flags.csv")
+    # the records first: where the two differ, their reasons say why
     assert _records(one) == _records(multi)
+    assert _rows(one / "flags.csv") == _rows(multi / "flags.csv")
+    assert _rows(one / "grades.csv") == _rows(multi / "grades.csv")
+    assert gradebook_dump(f"sqlite:///{one / 'gradebook.db'}") == gradebook_dump(f"sqlite:///{multi / 'gradebook.db'}")
     for (a, s), r in _records(one).items():
         if r["status"] != "ungradable":
             assert (multi / "autograded" / s / a / f"{a}.ipynb").exists(), (a, s)

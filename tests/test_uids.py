@@ -8,8 +8,11 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import subprocess
+import sys
 
 import psutil
+import pytest
 
 from awb_grader.isolation import sandbox
 
@@ -64,3 +67,39 @@ def test_a_run_draws_once(monkeypatch):
     monkeypatch.delenv(sandbox.UID_ENV, raising=False)
     first = sandbox.own_uid()
     assert sandbox.own_uid() == first == sandbox.limits_of()["uid"] == int(os.environ[sandbox.UID_BASE_ENV])
+
+
+CLAIM = """
+import os, sys, time
+from awb_grader.isolation import sandbox
+print(sandbox.own_uid(), flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own is given only when grading as root")
+def test_two_graders_inheriting_one_base_never_share_a_uid(tmp_path):
+    """Two grading processes started from one environment (two Slurm array tasks on one node, two
+    runs from one shell) inherit one AWB_SANDBOX_UID_BASE: each kills what runs under its uid before
+    a sandbox starts, so the second must take another uid while the first lives, and may take the
+    base again once it has ended."""
+    base = sandbox.draw_uids(1)
+    env = {**os.environ, sandbox.UID_BASE_ENV: str(base), "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop(sandbox.UID_ENV, None)
+    first = subprocess.Popen([sys.executable, "-c", CLAIM, "30"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert int(first.stdout.readline()) == base
+        second = subprocess.run([sys.executable, "-c", CLAIM, "0"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 0, second.stderr
+        other = int(second.stdout)
+        assert other != base and not {other} & sandbox._taken()
+        # an inherited AWB_SANDBOX_UID (a grader's, exported to another) is not shared either
+        held = subprocess.run([sys.executable, "-c", CLAIM, "0"], env={**env, sandbox.UID_ENV: str(base)},
+                              capture_output=True, text=True, timeout=60)
+        assert int(held.stdout) != base, held.stderr
+    finally:
+        first.kill()
+        first.wait()
+    again = subprocess.run([sys.executable, "-c", CLAIM, "0"], env=env, capture_output=True, text=True, timeout=60)
+    assert int(again.stdout) == base, again.stderr

@@ -126,7 +126,7 @@ def worker_environment(worker: int, runtime_dir: Path, sockets: Path | None = No
     sockets = Path(sockets) if sockets is not None else runtime_dir
     sockets.mkdir(parents=True, exist_ok=True)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
-    os.environ[UID_ENV] = str(run_uid_base() + worker)
+    os.environ[UID_ENV] = str(claim_uid(run_uid_base() + worker))
     os.environ["AWB_PRIVATE_RUNTIME"] = str(sockets.resolve())
     os.environ["AWB_KERNEL_LOG"] = str(runtime_dir.resolve() / "kernel.log")
     # the kernel's sockets: a folder of this worker's that the sandbox binds (kernels of one
@@ -268,10 +268,64 @@ def run_uid_base(n: int = 1) -> int:
 
 def own_uid() -> int:
     """The sandbox uid of this process's kernels (AWB_SANDBOX_UID; a grading worker sets its own:
-    :func:`worker_environment`), the run's base where none is set."""
-    if not os.environ.get(UID_ENV):
-        os.environ[UID_ENV] = str(run_uid_base())
-    return int(os.environ[UID_ENV])
+    :func:`worker_environment`), the run's base where none is set; as root, claimed for this process
+    (:func:`claim_uid`), so a uid inherited from another grader's environment is not shared."""
+    uid = int(os.environ.get(UID_ENV) or run_uid_base())
+    if os.geteuid() == 0:
+        uid = claim_uid(uid)
+    os.environ[UID_ENV] = str(uid)
+    return uid
+
+
+# A sandbox's uid belongs to one grading process at a time: before each sandbox starts, everything
+# running under its uid is killed (``landlock.reap``), so two processes sharing one kill each other's
+# kernels (seen: two Slurm array tasks on one node, or two runs started from one environment,
+# inheriting one AWB_SANDBOX_UID_BASE: honest students flagged with "the kernel stopped answering"
+# and scored 0). Each grading process therefore holds a lock (flock) on its uid for its life, in a
+# folder every grader of the machine shares; a uid another live process holds is not taken.
+_CLAIMED: dict[int, int] = {}          # uid -> the open lock file that holds it (closed when the process ends)
+UID_LOCKS = ("/run/lock", "/var/lock", "/tmp")
+
+
+def _uid_lock_dir() -> Path | None:
+    """The machine's folder of sandbox uid locks (root's own, no one else may write it)."""
+    import stat
+
+    for base in UID_LOCKS:
+        folder = Path(base) / "awb-sandbox-uids"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+            return folder
+    return None
+
+
+def claim_uid(uid: int) -> int:
+    """``uid`` for this process's sandboxes, held by a lock for the process's life; where another live
+    process holds it (its own run, or another run that inherited the same base), a newly drawn uid
+    (:func:`draw_uids`), held the same way. Without a folder for the locks: ``uid`` unclaimed."""
+    import fcntl
+
+    folder = _uid_lock_dir()
+    if folder is None:
+        return uid
+    for _ in range(100):
+        if uid in _CLAIMED:
+            return uid
+        path = folder / str(uid)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            uid = draw_uids(1)
+            continue
+        _CLAIMED[uid] = fd
+        return uid
+    raise RuntimeError(f"no sandbox uid could be claimed in {folder}: every draw was held by another grader")
 
 
 def _readonly(cwd: str | None = None, extra: list[Path] = ()) -> list[Path]:
