@@ -47,6 +47,24 @@ def machine() -> str:
             f"{cpu.load_text(all_three=True)}")
 
 
+def cpu_caches() -> list[tuple[str, int]]:
+    """This CPU's data caches as (name, bytes), smallest first, e.g. [("L1d", 32768), ("L2", 1048576),
+    ("L3", 33554432)] (the first core's view; an L3 is shared by the cores listed beside it). Linux
+    only: empty where /sys does not say."""
+    out = []
+    for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            kind, level = (folder / "type").read_text().strip(), (folder / "level").read_text().strip()
+            size = (folder / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction" or not size[:-1].isdigit():
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)
+        out.append((f"L{level}" + ("d" if kind == "Data" else ""), int(size[:-1] if scale > 1 else size) * scale))
+    return sorted(out, key=lambda c: c[1])
+
+
 def _status(key: str) -> int | None:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -144,15 +162,22 @@ def online_softmax_trace(row: torch.Tensor, block: int) -> list[dict[str, float]
 
 
 # ----------------------------------------------------------------------------- attention, naive and tiled
-def slow_memory_traffic(T: int, d: int, block_q: int) -> dict[str, int]:
+def slow_memory_traffic(T: int, d: int, block: int) -> dict[str, int]:
     """Numbers read from and written to slow memory (a GPU's HBM) by one head's attention over T
-    positions of width d (FlashAttention's accounting, Dao et al., 2022, section 3.2).
+    positions of width d (FlashAttention's accounting, Dao et al., 2022, section 3.2), tiles of
+    ``block`` rows.
 
     ``standard``: Q and K read, the (T, T) scores written and read back, the probabilities
-    written and read back, V read, the output written: 4 T^2 + 4 T d. ``tiled``: Q read and
-    the output written once, K and V read once per tile of ``block_q`` queries (the tile stays
-    in fast on-chip memory while all of K and V stream past it): 2 T d + 2 T d * ceil(T / block_q)."""
-    return {"standard": 4 * T * T + 4 * T * d, "tiled": 2 * T * d + 2 * T * d * -(-T // block_q)}
+    written and read back, V read, the output written: 4 T^2 + 4 T d. ``tiled`` (FlashAttention-2's
+    loop order, Dao, 2023): Q read and the output written once, K and V read once per tile of
+    ``block`` queries (the tile stays in fast on-chip memory while all of K and V stream past it):
+    2 T d + 2 T d * ceil(T / block). ``flash1`` (Algorithm 1 of the first paper): K and V read once,
+    a tile of ``block`` keys and values on chip while every query tile streams past it, each with
+    its partial output and its running maximum and sum, read and written back once per key tile:
+    2 T d + (3 T d + 4 T) * ceil(T / block)."""
+    tiles = -(-T // block)
+    return {"standard": 4 * T * T + 4 * T * d, "tiled": 2 * T * d + 2 * T * d * tiles,
+            "flash1": 2 * T * d + (3 * T * d + 4 * T) * tiles}
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):

@@ -104,7 +104,8 @@ def test_lecture_helpers_for_layouts_traffic_and_the_trace():
     perm = torch.cat([torch.arange(0, 8, 2), torch.arange(1, 8, 2)])
     torch.testing.assert_close(inference.apply_rope_half(x[..., perm], pos), inference.apply_rope(x, pos)[..., perm])
     assert inference.slow_memory_traffic(1024, 64, 128) == {"standard": 4 * 1024**2 + 4 * 1024 * 64,
-                                                            "tiled": 2 * 1024 * 64 * (1 + 8)}
+                                                            "tiled": 2 * 1024 * 64 * (1 + 8),
+                                                            "flash1": 2 * 1024 * 64 + (3 * 1024 * 64 + 4 * 1024) * 8}
     row = torch.tensor([1.0, 0.0, 3.0, 2.0, 5.0])
     trace = inference.online_softmax_trace(row, 2)
     assert [t["l_rescaled"] < t["l_old"] for t in trace] == [False, True, True]
@@ -119,3 +120,116 @@ def test_cached_generation_with_temperature_zero_is_greedy_like_generate():
     idx = torch.randint(19, (2, 3))
     greedy = gpt.generate(model, idx, 9, temperature=0)
     assert torch.equal(greedy, inference.generate_cached(model, idx, 9, temperature=0))
+
+
+# ------------------------------------------------------------------------------------------
+# issue 46: hints that name the mistake (and its section) where they stayed generic; the catalog
+# (autograder/awb_grader/catalog/ex09.py) grades one of each through nbgrader
+# ------------------------------------------------------------------------------------------
+def _solution_with(cell, *changes):
+    """The exercise's namespace with one answer cell edited, its function returned (tests/nbrun.py)."""
+    import nbrun
+    from awb_grader.catalog import edit
+
+    return nbrun.namespace(A, {cell: edit(A, cell, *changes)})[cell]
+
+
+def _online_lanes(x, block=4, start=float("-inf")):
+    """Each lane (entry j of every block) keeps its own running max and sum, combined at the end; no guard."""
+    lanes = min(block, x.shape[-1])
+    m = torch.full(x.shape[:-1] + (lanes,), start)
+    l = torch.zeros_like(m)
+    for s in range(0, x.shape[-1], block):
+        xb = x[..., s:s + block]
+        w = xb.shape[-1]
+        m_new = torch.maximum(m[..., :w], xb)
+        l[..., :w] = l[..., :w] * torch.exp(m[..., :w] - m_new) + torch.exp(xb - m_new)
+        m[..., :w] = m_new
+    top = m.max(dim=-1, keepdim=True).values
+    return torch.exp(x - top) / (l * torch.exp(m - top)).sum(dim=-1, keepdim=True)
+
+
+def _online_entries(x, block=4):
+    """Entry by entry (the block ignored), no guard."""
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"))
+    l = torch.zeros_like(m)
+    for j in range(x.shape[-1]):
+        m_new = torch.maximum(m, x[..., j:j + 1])
+        l = l * torch.exp(m - m_new) + torch.exp(x[..., j:j + 1] - m_new)
+        m = m_new
+    return torch.exp(x - m) / l
+
+
+@pytest.mark.parametrize("fn", [_online_lanes, _online_entries], ids=["lane-by-lane", "entry-by-entry"])
+def test_online_nan_of_a_maximum_still_at_minus_inf_names_the_guard_whatever_the_loop(fn):
+    """The edge check's row with -inf at every other entry has no block that is all -inf: these loops
+    make it nan all the same, and the hint names the missing guard (not the generic rescaling)."""
+    with pytest.raises(CheckFailed) as info:
+        checks.online_softmax_edge(fn)
+    e = info.value
+    assert e.hint.startswith(checks.NAN_GUARD) and "exp(-inf - (-inf))" in e.hint, e.plain()
+    assert e.reread == checks.SEC_MASKED and checks.NAN_GUARD_SEEN in e.details
+    assert "rows [0, 2]" in e.details[0]            # row 2: -inf at every other entry, no block of -inf
+
+
+def test_a_nan_the_minus_inf_entries_do_not_cause_is_not_the_guard():
+    """Replacing the -inf entries by finite ones decides: a maximum started at 0 on a row far below 0 stays
+    nan (named as such), even where a whole block is -inf; a missing guard's nan goes away."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0)) - 900.0
+    x[:, :4] = float("-inf")                        # a whole block of -inf in every row
+    start0 = lambda z, block=4: _online_lanes(z, block, start=0.0)
+    out = start0(x)
+    assert torch.isnan(out).all()
+    assert not checks.nan_from_inf(out, x, start0)
+    assert checks.name_online_nan(out, x, 4, rerun=start0) == "the running maximum starts at 0"
+    assert checks.name_online_nan(out, x, 4) == "nan where a whole block is -inf"      # where alone cannot tell
+    y = torch.randn(3, 9, generator=torch.Generator().manual_seed(1))
+    y[2, ::2] = float("-inf")
+    entries = lambda z: _online_entries(z, 3)
+    assert checks.nan_from_inf(entries(y), y, entries)
+    assert checks.name_online_nan(entries(y), y, 3, rerun=entries) == checks.NAN_GUARD
+    assert checks.name_online_nan(entries(y), y, 3) is None
+
+
+@pytest.mark.parametrize("shift,clockwise,hint", [
+    (True, True, "two mistakes: it rotates clockwise, and the frequencies are off by one"),
+    (True, False, checks.ROPE_SHIFTED),
+    (False, True, checks.ROPE_CLOCKWISE),
+])
+def test_rope_clockwise_and_shifted_frequencies_are_named_together(shift, clockwise, hint):
+    changes = [("-torch.arange(0, d, 2, dtype=torch.float64) / d",
+                "-torch.arange(-2, d - 2, 2, dtype=torch.float64) / d")] if shift else []
+    if clockwise:
+        changes += [("even * cos - odd * sin", "even * cos + odd * sin"),
+                    ("even * sin + odd * cos", "odd * cos - even * sin")]
+    apply_rope = _solution_with("apply_rope", *changes)
+    for check in (checks.apply_rope_values, checks.apply_rope_positions):
+        with pytest.raises(CheckFailed) as info:
+            check(apply_rope)
+        assert info.value.hint.startswith(hint), info.value.plain()
+        assert info.value.reread == checks.SEC_ROPE
+
+
+@pytest.mark.parametrize("new,hint", [
+    ("model.tok_emb(tokens) + (model.pos_emb(torch.arange(past, past + t)) if past == 0 else 0)",
+     "the new token gets no position embedding"),
+    ("model.tok_emb(tokens)", "no token gets a position embedding"),
+])
+def test_cache_without_position_embeddings_is_named(new, hint):
+    old = "model.tok_emb(tokens) + model.pos_emb(torch.arange(past, past + t))"
+    generate_cached = _solution_with("generate_cached", (old, new))
+    with pytest.raises(CheckFailed) as info:
+        checks.generate_cached_equal(generate_cached)
+    e = info.value
+    assert e.hint.startswith(hint), e.plain()
+    assert e.reread == checks.SEC_CACHE_BUG and "'The classic bug'" in e.reread and e.reread.endswith("#kv-cache)")
+
+
+@pytest.mark.parametrize("new", ["~mask", "~mask[:, :, :, s:s + block]"], ids=["mask-not-tiled", "mask-4-d-only"])
+def test_tiled_mask_crash_rereads_the_tiled_attention_section(new):
+    tiled_attention = _solution_with("tiled_attention", ("~mask[..., s:s + block]", new))
+    checks.tiled_attention_values(tiled_attention)                      # no mask: right
+    with pytest.raises(CheckFailed) as info:
+        checks.tiled_attention_mask(tiled_attention)
+    e = info.value
+    assert e.hint == checks.MASK_TILES and e.reread == checks.SEC_FLASH and e.reread.endswith("#tiled)"), e.plain()

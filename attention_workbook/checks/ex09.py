@@ -6,7 +6,10 @@ Oracles: ``torch.softmax``, ``F.scaled_dot_product_attention``, lecture 05's
 double loop for the mask, and lecture 08's uncached ``generate``. When a result is wrong the
 check recomputes what the common mistakes produce (a running sum not rescaled, the output not
 rescaled, key/value heads tiled instead of repeated in place, half-split RoPE pairs, a window
-off by one, positions restarting at 0 in the cache, ...) and names the one the output matches.
+off by one, positions restarting at 0 in the cache, ...) and names the one the output matches;
+two mistakes at once where they are common together (RoPE turned clockwise with shifted
+frequencies). A nan where the softmax is finite is named by what makes it go away: the -inf
+entries replaced by finite ones (the -inf guard, whatever the layout of the student's loop).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .core import (CheckFailed, call, close, expect_shape, expect_tensor, first_
 
 LECTURE = "lectures/09_attention_at_scale.ipynb"
 SEC_CACHE = f"lecture 09, section 2 'The key/value cache' ({LECTURE}#kv-cache)"
+SEC_CACHE_BUG = f"lecture 09, section 2 'The key/value cache', the paragraph 'The classic bug' ({LECTURE}#kv-cache)"
 SEC_ONLINE = f"lecture 09, section 3 'Online softmax and tiled attention' ({LECTURE}#online-softmax)"
 SEC_MASKED = f"lecture 09, section 3, 'Masked tiles and -inf' ({LECTURE}#masked-tiles)"
 SEC_FLASH = f"lecture 09, section 3, 'Tiled attention' ({LECTURE}#tiled)"
@@ -262,19 +266,51 @@ def _blocks_all_inf(x: torch.Tensor, block: int) -> torch.Tensor:
     return dead
 
 
-def name_online_nan(out, x, block) -> str | None:
-    """Name a nan the variants did not reproduce exactly, by where it is: rows with a block of
-    -inf (no guard for a maximum still at -inf), or rows far below 0 (a maximum started at 0)."""
+def nan_from_inf(out, x, rerun) -> bool:
+    """Is the nan of ``out`` (where the softmax is finite) caused by the -inf entries of ``x``, whatever the
+    layout of the loop that computed it (block by block, lane by lane, entry by entry)? Every row with such a
+    nan holds a -inf entry (a running maximum can be -inf only after seeing nothing but -inf), and ``rerun``
+    (the student's function) on ``x`` with each -inf replaced by a finite value far below the other entries
+    returns no nan there: then the nan is exp(-inf - (-inf)) of a maximum still at -inf."""
+    if rerun is None or x.dim() == 0 or x.numel() == 0:
+        return False
+    neg, fin = torch.isneginf(x), torch.isfinite(x)
+    bad = torch.isnan(out.detach()) & torch.isfinite(torch.softmax(x.double(), dim=-1))
+    if not bool(bad.any()) or not bool(neg.any()) or not bool(fin.any()):
+        return False
+    if bool((bad.any(-1) & ~neg.any(-1)).any()):
+        return False
+    low = float(x[fin].min()) - 1000.0                      # exp(low - any maximum) is 0, as exp(-inf) is
+    try:
+        again = rerun(x.masked_fill(neg, low))
+    except CheckFailed:
+        return False
+    return tuple(again.shape) == tuple(out.shape) and not bool(torch.isnan(again.detach())[bad].any())
+
+
+def name_online_nan(out, x, block, rerun=None) -> str | None:
+    """Name a nan the variants did not reproduce exactly. With ``rerun`` (the student's function): a nan the
+    -inf entries cause (``nan_from_inf``) is the missing -inf guard, named by the blocks of -inf when it stays
+    in rows that have one; without, by where it is alone: rows with a block of -inf. Then rows far below 0 (a
+    maximum started at 0)."""
     if x.dim() == 0 or x.numel() == 0:
         return None
     nan_rows = torch.isnan(out.detach()).any(-1)
     if not bool(nan_rows.any()):
         return None
-    if bool((nan_rows & ~_blocks_all_inf(x, block)).any()) is False:
+    in_dead_rows = bool((nan_rows & ~_blocks_all_inf(x, block)).any()) is False
+    if rerun is not None and nan_from_inf(out, x, rerun):
+        return "nan where a whole block is -inf" if in_dead_rows else NAN_GUARD
+    if rerun is None and in_dead_rows:
         return "nan where a whole block is -inf"
     if bool((x.amax(-1)[nan_rows] < -80).all()):            # exp(-80) ~ 1e-35: float32 underflows soon after
         return "the running maximum starts at 0"
     return None
+
+
+NAN_GUARD = "the -inf guard is missing"
+NAN_GUARD_SEEN = ("with every -inf entry of x replaced by a finite value far below the others, your online_softmax "
+                  "returns no nan there: the -inf entries cause it")
 
 
 def _online_case(fn, x, block, what):
@@ -283,16 +319,20 @@ def _online_case(fn, x, block, what):
     expect_shape(out, x.shape, f"online_softmax on {what}", reread=SEC_ONLINE,
                  hint="the softmax has the shape of its input: reduce over the last axis, keep m and l as (..., 1)")
     if not close(out, want, atol=1e-5):
-        name = first_match(out.double(), _dedupe(want, online_variants(x, block)), atol=1e-5) \
-            or name_online_nan(out, x, block)
+        name = first_match(out.double(), _dedupe(want, online_variants(x, block)), atol=1e-5)
+        seen = []
+        if name is None:
+            name = name_online_nan(out, x, block, rerun=lambda z: _online(fn, z, block))
+            seen = [NAN_GUARD_SEEN] if name in _GUARD_NAMES else []
         raise CheckFailed(f"online_softmax({what}, block={block}) has the wrong values",
                           reread=SEC_MASKED if name in _MASKED_NAMES else SEC_ONLINE,
                           hint=_ONLINE_HINTS.get(name, "walk the last axis block by block; when the maximum rises, "
                                                  "multiply the sum so far by exp(old max - new max)"),
-                          details=value_details(out, want, "the softmax"))
+                          details=value_details(out, want, "the softmax") + seen)
 
 
-_MASKED_NAMES = ("nan where a whole block is -inf", "the running maximum starts at 0")
+_GUARD_NAMES = ("nan where a whole block is -inf", NAN_GUARD)
+_MASKED_NAMES = (*_GUARD_NAMES, "the running maximum starts at 0")
 
 
 _ONLINE_HINTS = {
@@ -310,6 +350,11 @@ _ONLINE_HINTS = {
     "nan where a whole block is -inf":
         "nan where a whole block is -inf: while the running maximum is still -inf, exp(-inf - (-inf)) is nan; "
         "rescale (and subtract) only once a finite maximum exists",
+    NAN_GUARD:
+        "the -inf guard is missing: where x holds -inf entries, a running maximum that is still -inf when it meets "
+        "one (kept per row, per lane or per entry: however the loop is laid out) makes exp(-inf - (-inf)) = nan, "
+        "and the nan spreads to every sum it enters; while a maximum is -inf, subtract (and rescale by) 0 instead "
+        "of it: its terms are exp(-inf) = 0 whatever is subtracted",
     "the running maximum starts at 0":
         "the running maximum starts at 0 instead of -inf: for a row far below 0, like [-1000, -1001, -1002], the "
         "maximum then stays 0, every exp(x - 0) underflows to 0, and 0 / 0 is nan; start m at -inf (and guard the "
@@ -411,16 +456,17 @@ def _tiled(fn, q, k, v, mask, block, what):
     except CheckFailed as e:
         # name a crash by what makes it go away: no mask, or two leading axes (q, k, v lifted to 4-D,
         # the mask as it is); otherwise it stays the error it is
-        hint, extra = e.hint, []
+        hint, extra, reread = e.hint, [], e.reread
         if " raised " in e.title:
             lift = lambda t: t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
             if mask is not None and _runs(fn, q, k, v, None, block):
-                hint, extra = MASK_TILES, [f"the same q, k, v without the mask {tuple(mask.shape)} run"]
+                hint, reread = MASK_TILES, SEC_FLASH
+                extra = [f"the same q, k, v without the mask {tuple(mask.shape)} run"]
             elif q.dim() < 4 and _runs(fn, lift(q), lift(k), lift(v), mask, block):
                 hint = (f"q, k and v may have 0, 1 or 2 leading axes (this call: {q.dim() - 2}): index and "
                         "transpose from the end (..., -2, -1), never by a fixed position")
-                extra = ["the same inputs with two leading axes of size 1 run"]
-        raise CheckFailed(f"tiled_attention on {what}: {e.title}", reread=e.reread, student_tb=e.student_tb,
+                extra, reread = ["the same inputs with two leading axes of size 1 run"], SEC_FLASH
+        raise CheckFailed(f"tiled_attention on {what}: {e.title}", reread=reread, student_tb=e.student_tb,
                           details=e.details + extra, hint=hint) from None
     out = expect_tensor(out, "tiled_attention", SEC_ONLINE)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -678,6 +724,8 @@ def rope_oracle(x: torch.Tensor, positions: torch.Tensor | None = None, base: fl
 ROPE_HALF = "pairs x[i] with x[i + d/2]: this exercise rotates ADJACENT pairs (x[2i], x[2i+1])"
 ROPE_MIXED = "the frequencies do not match the pairs"
 ROPE_SHIFTED = "the frequencies are off by one"
+ROPE_CLOCKWISE = ("rotates clockwise: the second entry of a pair gets x_2i sin + x_2i+1 cos, the first "
+                  "x_2i cos - x_2i+1 sin")
 
 
 def rope_variants(x, positions=None, base=10000.0) -> dict[str, torch.Tensor]:
@@ -716,8 +764,10 @@ def rope_variants(x, positions=None, base=10000.0) -> dict[str, torch.Tensor]:
                         [-2 * (i + 1) / d for i in range(d // 2)])):
         ang_i = pos[:, None] * torch.tensor([base ** e for e in exps], dtype=torch.float64)
         out[name] = torch.view_as_real(z * torch.polar(torch.ones_like(ang_i), ang_i)).reshape(x.shape)
-    out["rotates clockwise: the second entry of a pair gets x_2i sin + x_2i+1 cos, the first "
-        "x_2i cos - x_2i+1 sin"] = rope_oracle(x, -pos.long() if positions is None else -positions, base)
+        # the same frequencies turned the other way (x @ R for R @ x): two mistakes, both named
+        out[f"two mistakes: it rotates clockwise, and {name}. On the rotation: {ROPE_CLOCKWISE.split(': ', 1)[1]}"] = \
+            torch.view_as_real(z * torch.polar(torch.ones_like(ang_i), -ang_i)).reshape(x.shape)
+    out[ROPE_CLOCKWISE] = rope_oracle(x, -pos.long() if positions is None else -positions, base)
     out["the base argument is ignored"] = rope_oracle(x, positions, 10000.0)
     out["the positions argument is ignored: rotate by the positions given, not 0 .. T-1"] = rope_oracle(x, None, base)
     return out
@@ -864,10 +914,11 @@ def tiny_gpt(seed: int, vocab_size=23, block_size=24, n_layer=2, n_head=4, d_mod
 
 @torch.no_grad()
 def cached_variant(model, idx, n, temperature=1.0, top_k=None, generator=None, *, restart=False, replace=False,
-                   causal=True, counted=False, greedy_zero=True):
+                   causal=True, counted=False, greedy_zero=True, no_pos=None):
     """A cached generate with one of the classic bugs switched on (for naming a wrong output).
     ``causal``: True (causal prefill only), False (never) or "always" (is_causal=True at every step too);
-    ``counted``: positions from a counter of the tokens fed, not from the cache's length."""
+    ``counted``: positions from a counter of the tokens fed, not from the cache's length;
+    ``no_pos``: "new" (the tokens fed after the prompt get no position embedding) or "all" (none does)."""
     cache = [[None, None] for _ in model.blocks]
     fed = [0]
 
@@ -876,7 +927,9 @@ def cached_variant(model, idx, n, temperature=1.0, top_k=None, generator=None, *
         t = tokens.size(1)
         fed[0] += t
         start = 0 if restart else past
-        x = model.tok_emb(tokens) + model.pos_emb(torch.arange(start, start + t))
+        x = model.tok_emb(tokens)
+        if no_pos is None or (no_pos == "new" and cache[0][0] is None):
+            x = x + model.pos_emb(torch.arange(start, start + t))
         for layer, blk in zip(cache, model.blocks):
             a = blk.attn
             qkv = a.W_qkv(blk.ln1(x)).split(a.d_model, dim=-1)
@@ -921,6 +974,15 @@ CACHE_HINTS = {
                      "needs no mask (nothing in the cache is in its future), only the prefill is causal",
 }
 
+CACHE_HINTS["no_pos"] = ("the new token gets no position embedding: a token fed after the prompt needs the "
+                         "position embedding of its own position (the number of positions already in the cache) "
+                         "added to its token embedding, as the prompt's tokens get theirs")
+CACHE_HINTS["no_pos_all"] = ("no token gets a position embedding, neither the prompt's nor the new ones: add the "
+                             "position embeddings to the token embeddings, the prompt's at 0 .. T-1 and each new "
+                             "token's at the position after the cached ones")
+# the classic bugs lecture 09's section 2 shows and names
+_CLASSIC = ("restart", "no_pos", "no_pos_all", "replace", "decode_causal")
+
 GREEDY = ("temperature=0 means greedy decoding, as in generate: take the argmax of the last logits (dividing by 0 "
           "gives inf and nan, and torch.multinomial refuses them)")
 CACHE_HINTS["greedy"] = GREEDY
@@ -950,7 +1012,8 @@ def _compare_generation(fn, model, idx, n, what, **kw):
     name = None
     for key, flags in (("restart", {"restart": True}), ("replace", {"replace": True}),
                        ("replace", {"replace": True, "counted": True}), ("causal", {"causal": False}),
-                       ("decode_causal", {"causal": "always"})):
+                       ("decode_causal", {"causal": "always"}), ("no_pos", {"no_pos": "new"}),
+                       ("no_pos_all", {"no_pos": "all"})):
         cand = cached_variant(model, idx.clone(), n, generator=torch.Generator().manual_seed(5), **kw, **flags)
         if torch.equal(out, cand) and not torch.equal(cand, want):
             name = key
@@ -963,7 +1026,8 @@ def _compare_generation(fn, model, idx, n, what, **kw):
         name = "greedy"
     diff = (out != want).nonzero()
     row, first = (int(diff[0, 0]), int(diff[0, 1])) if len(diff) else (0, -1)
-    raise CheckFailed(f"generate_cached on {what} differs from generate with the same seed", reread=SEC_CACHE,
+    raise CheckFailed(f"generate_cached on {what} differs from generate with the same seed",
+                      reread=SEC_CACHE_BUG if name in _CLASSIC else SEC_CACHE,
                       hint=CACHE_HINTS.get(name, "the cached forward must give the uncached model's logits: embed at "
                                                  "the right positions, append to each layer's cache, causal prefill, "
                                                  "and sample exactly as generate does (temperature, top_k, generator)"),

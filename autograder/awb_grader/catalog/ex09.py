@@ -582,3 +582,54 @@ MISTAKES += [
 """, "")),
         must_fail=("test_generate_cached_equal",), hint="replaced instead of appended", label="cache replaced"),
 ]
+
+# issue 46: hints that stayed generic (an outside review): each names the mistake and its lecture section now
+MISTAKES += [
+    Mistake(
+        id="online_lanes_no_guard", cell="online_softmax",
+        description="each lane of a block (entry j of every block) keeps its own running maximum and sum, combined "
+                    "at the end, with no guard for a maximum still at -inf: a lane whose first entries are -inf "
+                    "makes its row nan, though no whole block is -inf (the warp whose values are all -inf of "
+                    "Dao-AILab/quack PR #64, in a GPU kernel's layout)",
+        source=edit(A, "online_softmax",
+                    ("x.shape[:-1] + (1,), float(\"-inf\"), dtype=x.dtype)      # (..., 1) running max",
+                     "x.shape[:-1] + (min(block, x.shape[-1]),), float(\"-inf\"), dtype=x.dtype)   # per lane"),
+                    ("x.shape[:-1] + (1,), dtype=x.dtype)                      # (..., 1) running sum",
+                     "x.shape[:-1] + (min(block, x.shape[-1]),), dtype=x.dtype)   # per lane"),
+                    (("m_new = torch.maximum(m, xb.max(", "m = m_new\n"),
+                     "w = xb.shape[-1]                                                     # lanes in this block\n"
+                     "        m_new = torch.maximum(m[..., :w], xb)\n"
+                     "        l[..., :w] = l[..., :w] * torch.exp(m[..., :w] - m_new) + torch.exp(xb - m_new)\n"
+                     "        m[..., :w] = m_new\n"),
+                    ("return torch.exp(x - m) / l",
+                     "M = m.max(dim=-1, keepdim=True).values                                   # the lanes combined\n"
+                     "    return torch.exp(x - M) / (l * torch.exp(m - M)).sum(dim=-1, keepdim=True)")),
+        must_fail=("test_online_softmax_edge",), hint="the -inf guard is missing", visible=True,
+        label="nan on -inf, lane by lane"),
+    Mistake(
+        id="rope_clockwise_frequencies_shifted", cell="apply_rope",
+        description="two mistakes at once: the frequencies of pair i - 1 (base ** (-2(i - 1) / d)) and the rotation "
+                    "turned the other way (x R for R x: the sine terms' signs swapped)",
+        source=edit(A, "apply_rope", ("-torch.arange(0, d, 2, dtype=torch.float64) / d",
+                                      "-torch.arange(-2, d - 2, 2, dtype=torch.float64) / d"),
+                    ("even * cos - odd * sin", "even * cos + odd * sin"),
+                    ("even * sin + odd * cos", "odd * cos - even * sin")),
+        must_fail=("test_apply_rope_values", "test_apply_rope_positions"),
+        hint="rotates clockwise, and the frequencies are off by one", label="RoPE clockwise, frequencies shifted"),
+    Mistake(
+        id="cache_new_token_no_position", cell="generate_cached",
+        description="the prompt gets its position embeddings, each new token none: its token embedding alone "
+                    "goes through the blocks",
+        source=edit(A, "generate_cached",
+                    ("model.tok_emb(tokens) + model.pos_emb(torch.arange(past, past + t))",
+                     "model.tok_emb(tokens) + (model.pos_emb(torch.arange(past, past + t)) if past == 0 else 0)")),
+        must_fail=("test_generate_cached_equal",), hint="the new token gets no position embedding",
+        label="new token without position"),
+    Mistake(
+        id="tiled_mask_not_tiled", cell="tiled_attention",
+        description="the whole mask applied to each tile's scores instead of the tile's columns: right while the "
+                    "keys fit in one tile, a shape error once they do not",
+        source=edit(A, "tiled_attention", ("~mask[..., s:s + block]", "~mask")),
+        must_fail=("test_tiled_attention_mask",), hint="fails only when given a mask", visible=True,
+        label="mask not tiled"),
+]
