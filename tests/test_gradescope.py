@@ -68,6 +68,16 @@ def uploads() -> dict[str, bytes]:
 
 
 # -- fast: no kernel ---------------------------------------------------------------------------
+def test_a_zygote_for_one_upload_imports_matplotlib_only_where_the_graded_cells_draw():
+    """harness.plots_when_graded: exercise 04 draws only in a cell skipped while nbgrader grades;
+    01 and 03 import matplotlib in the cells graded runs; an unreadable release: True (as before)."""
+    from awb_grader.core.course import resolve
+
+    drawn = {a[:2]: harness.plots_when_graded(EXERCISES / a / f"{a}.ipynb") for a in resolve(["01", "03", "04"])}
+    assert drawn == {"01": True, "03": True, "04": False}
+    assert harness.plots_when_graded(Path("/nonexistent.ipynb"))
+
+
 def test_zip_follows_the_specification(tmp_path):
     z = gradescope.build("04", tmp_path / "ag.zip", visibility="hidden", seed_salt="s3cret")
     with zipfile.ZipFile(z) as zf:

@@ -352,6 +352,44 @@ def test_a_zygote_that_died_is_started_again_and_the_batch_goes_on(tmp_path, mon
     assert (first.score, again.score) == (first.max_score, first.max_score), (first, again)
 
 
+TEMPDIR_PROBE = "import os, tempfile; print(tempfile.gettempdir(), os.environ.get('TMPDIR'))"
+
+
+@pytest.mark.sandbox
+def test_a_child_asks_for_its_own_temporary_folder(tmp_path, monkeypatch):
+    """A zygote forked from a platform's grading process (the Landlock tier) inherits what that process
+    asked tempfile already (its /tmp, closed to a child there): each child asks again, from its own
+    TMPDIR. Before, PyTorch's compiler in the honest upload of exercise 08 on Gradescope failed with
+    "Permission denied: '/tmp/torchinductor_uid_...'" and the upload lost a point."""
+    import tempfile
+
+    monkeypatch.setenv(tiers.FORCE_ENV, "landlock")
+    if tiers.detect().name != "landlock":
+        pytest.skip("the Landlock tier cannot run here: " + tiers.detect().describe())
+    monkeypatch.setenv("AWB_PRIVATE_RUNTIME", str(sandbox.short_socket_root()))
+    monkeypatch.delenv("AWB_KERNEL_LOG", raising=False)
+    (Path(os.environ["AWB_PRIVATE_RUNTIME"]) / "sock").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")      # what the grading process asked before the fork
+    tiers.configure(say=lambda *a: None)
+    if os.geteuid() == 0:
+        sandbox.own_uid()
+    cwd = _folder(tmp_path)
+    try:
+        z = sandbox.zygote_for(cwd, fork=True)
+        assert isinstance(z.proc, zygote._Forked)
+        sandbox.prepare_run(str(cwd), warm=True)
+        plan, env = sandbox.child_plan(str(cwd))
+        r, w = os.pipe()
+        child = z.fork("exec", [TEMPDIR_PROBE], str(cwd), env, plan, [os.open(os.devnull, os.O_RDONLY), w, w])
+        os.close(w)
+        assert child.wait(60) == 0
+        with os.fdopen(r) as fh:
+            asked, own = fh.read().split()
+    finally:
+        zygote.stop()
+    assert asked == own != "/tmp"
+
+
 @pytest.mark.sandbox
 def test_a_kernel_ends_when_its_zygote_dies(tier, tmp_path):
     """ipykernel's parent poller, given the zygote as the kernel's parent: a kernel whose zygote was

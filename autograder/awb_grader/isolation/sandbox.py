@@ -33,6 +33,7 @@ steps are nbgrader settings, in the course's config (``core/config.py``: ``confi
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -518,11 +519,26 @@ def _warm_kernel(conn: str, cwd: str) -> str:
 
 def preload_for() -> list[str]:
     """What the zygote imports before forking a child of the exercise being graded, beyond what it
-    always has: Triton, where the exercise provides ``attention_workbook.tritonenv`` (10, 11)."""
+    always has: Triton, where the exercise provides ``attention_workbook.tritonenv`` (10, 11); PyTorch's
+    compiler stack, where the exercise's checks step an optimizer (08, 11: its first step imports it)."""
     from .provided import PROVIDED_ENV
-    from .zygote import TRITON
+    from .zygote import TRAINING, TRITON
 
-    return list(TRITON) if "tritonenv.py" in os.environ.get(PROVIDED_ENV, "") else []
+    given = os.environ.get(PROVIDED_ENV, "")
+    return [*(TRITON if "tritonenv.py" in given else ()), *(TRAINING if _trains(given) else ())]
+
+
+@functools.lru_cache(maxsize=16)
+def _trains(provided: str) -> bool:
+    """Does a checks module among the ``provided`` files (``$AWB_PROVIDED``) use ``torch.optim``?"""
+    for p in provided.split(os.pathsep)[1:]:
+        if "/checks/" in p and p.endswith(".py"):
+            try:
+                if "torch.optim" in Path(p).read_text(errors="replace"):
+                    return True
+            except OSError:
+                pass
+    return False
 
 
 def _with_added(env: dict) -> dict:

@@ -65,6 +65,10 @@ PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "m
 # Triton (exercises 10 and 11), imported where it is installed: in its interpreter where there is no
 # GPU (``attention_workbook.tritonenv`` decides the same way, and accepts a Triton imported so)
 TRITON = ("triton", "triton.language")
+# PyTorch's compiler stack, which an optimizer's first step imports (about a core-second: exercises 08
+# and 11 train in their checks), imported in the zygote on the first request that asks for it, once
+# instead of in every kernel and every replay
+TRAINING = ("torch._dynamo",)
 # what ipykernel sets MPLBACKEND to when it starts, if it is not set (matplotlib reads it on import)
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 # environment variables read when Python, NumPy, PyTorch or Triton start: a child whose environment
@@ -122,9 +126,17 @@ def recv(sock: socket.socket, want_fds: int = 0, limit: int = 1 << 22):
 
 
 # -- the zygote -----------------------------------------------------------------------------------
-def preload() -> dict:
+PLOTTING = ("matplotlib", "matplotlib.pyplot")
+# False in a platform's grading process whose exercise draws nothing while graded (set before the
+# zygote is forked from it): a zygote serving one upload then imports no matplotlib, which a kernel
+# that does plot imports itself (``platforms.harness.warm_start``)
+PRELOAD_PLOTTING = True
+
+
+def preload(plotting: bool | None = None) -> dict:
     """Import what every kernel and replay imports (stderr silenced: debugpy warns when imported,
-    as it does in every new kernel's log); returns what the children's environment must add."""
+    as it does in every new kernel's log); returns what the children's environment must add.
+    ``plotting``: matplotlib too (default :data:`PRELOAD_PLOTTING`)."""
     import importlib
 
     added = {}
@@ -134,8 +146,10 @@ def preload() -> dict:
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try:
+        plotting = PRELOAD_PLOTTING if plotting is None else plotting
         for name in PRELOAD:
-            importlib.import_module(name)
+            if plotting or name not in PLOTTING:
+                importlib.import_module(name)
         if importlib.util.find_spec("triton") is not None and (
                 os.environ.get("TRITON_INTERPRET") or not os.path.exists("/dev/nvidiactl")):
             # no GPU: Triton's interpreter, as tritonenv would choose (never a CUDA call before a fork);
@@ -154,12 +168,14 @@ def preload() -> dict:
 
 
 def warm_up(names: list[str]) -> None:
-    """Import ``names`` in the zygote before a fork (what only some exercises import: Triton), once;
-    a module that cannot be imported is left to the child (which then says why)."""
+    """Import ``names`` in the zygote before a fork (what only some exercises import: Triton, PyTorch's
+    compiler stack), once; only those (:data:`TRITON`, :data:`TRAINING`); a module that cannot be
+    imported is left to the child (which then says why)."""
     import importlib
 
     for name in names:
-        if name in TRITON and name not in sys.modules and os.environ.get("TRITON_INTERPRET"):
+        wanted = name in TRAINING or (name in TRITON and os.environ.get("TRITON_INTERPRET"))
+        if wanted and name not in sys.modules:
             saved = os.dup(2)
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 2)
@@ -398,6 +414,12 @@ def _become(req: dict, zygote_path: list[str]) -> int:
         sys.modules["numpy"].random.seed()
     os.environ.clear()
     os.environ.update(env)
+    # tempfile keeps its first answer for the process's life: the zygote's (or, forked from a
+    # platform's grading process, that process's /tmp, closed to a child in the Landlock tier, where
+    # PyTorch's compiler then failed to make /tmp/torchinductor_<user> and an honest upload lost a point)
+    import tempfile
+
+    tempfile.tempdir = None
     try:
         confine.enter(plan)              # uid, limits, Landlock, seccomp: before any student code
     except Exception as e:  # noqa: BLE001 - say why, run nothing
@@ -533,7 +555,16 @@ class _Forked:
                 os.environ.clear()
                 os.environ.update(env)
                 _ZYGOTE_ONLY.update(own)         # the grading process's own PYTHONPATH: not a child's
+                # the standard streams are the new 0, 1 and 2, whatever this process had made of them
+                sys.stdin = open(0, closefd=False)
+                sys.stdout = open(1, "w", closefd=False)
+                sys.stderr = open(2, "w", closefd=False)
                 serve(path)
+            except BaseException:  # noqa: BLE001 - its owner reads why from our stderr (last_words)
+                import traceback
+
+                traceback.print_exc()
+                sys.stderr.flush()
             finally:
                 os._exit(1)
         os.close(to_zygote)

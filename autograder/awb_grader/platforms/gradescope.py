@@ -129,8 +129,7 @@ def results_json(out: harness.Outcome, visibility: str) -> dict:
 def run(base: Path = Path("/autograder")) -> int:
     """``run_autograder``: grade the upload, write results.json. Always writes it."""
     settings = json.loads((base / "source" / "harness.json").read_text())
-    harness.warm_start(settings, base / "course")
-    out = harness.grade_as_built(settings, base / "submission", base / "course", base / "source" / "exercises")
+    out = harness.grade_platform(settings, base / "submission", base / "course", base / "source" / "exercises")
     return harness.report(out, results_json(out, settings.get("visibility", "after_published")), base / "results")
 
 

@@ -124,8 +124,7 @@ def run(base: Path = Path("/grade")) -> int:
     """The entrypoint: grade /grade/student, write /grade/results/results.json. Always writes it."""
     settings = json.loads((base / "tests" / "harness.json").read_text())
     core = Path(__file__).resolve().parents[3]
-    harness.warm_start(settings, base / "awb-work" / "course")
-    out = harness.grade_as_built(settings, base / "student", base / "awb-work" / "course", core / "exercises")
+    out = harness.grade_platform(settings, base / "student", base / "awb-work" / "course", core / "exercises")
     return harness.report(out, results_json(out), base / "results")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -53,7 +54,9 @@ class OutsideVerdict(NbGraderPreprocessor):
         if scope == "static" and held:
             meta["reasons"] = [*meta.get("reasons", []), "note: the hidden checks were not run (--no-verdict): "
                                "scores from the visible checks only"]
+        t0 = time.perf_counter()
         d = verdict.decide(nb, assignment, cwd, earned(nb), timeout=timeout, scope=scope)
+        meta["verdict_s"] = round(time.perf_counter() - t0, 3)     # (the platforms' report prints it)
         for cell in nb.cells:
             gid = cell_meta(cell).get("grade_id")
             if cell.cell_type != "code" or not gid:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute
 
@@ -22,6 +24,14 @@ class SandboxExecute(Execute):
         return super().preprocess_cell(cell, resources, index)
 
     def preprocess(self, nb, resources, km=None):
+        t0 = time.perf_counter()
+        try:
+            return self._run(nb, resources, km)
+        finally:          # the kernel's part of the grading time (the platforms' report prints it)
+            nb.metadata.setdefault(META, {"status": "ok", "reasons": [], "withheld": {}})["execute_s"] = \
+                round(time.perf_counter() - t0, 3)
+
+    def _run(self, nb, resources, km=None):
         self._awb_at = 0
         try:
             return super().preprocess(nb, resources, km=km)
