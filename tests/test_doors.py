@@ -137,6 +137,29 @@ def test_a_student_nbgrader_created_gets_a_readable_name(tmp_path):
         ]
 
 
+def test_a_regrade_without_a_flag_clears_the_gradebooks_flag(tmp_path):
+    """nbgrader keeps a regraded submission's flag; the gradebook must say what this grading found
+    (a submission whose kernel an accident killed, graded again, is no longer flagged), and a
+    flagged one is flagged."""
+    from nbgrader.api import Gradebook
+
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(db) as gb:
+        gb.add_assignment(A)
+        gb.add_notebook(A, A)
+        gb.add_student("ada")
+        gb.add_submission(A, "ada")
+    info = {"nbgrader": {"db_url": db, "student": "ada", "assignment": A, "notebook": A}}
+    seen = []
+    for status in ("flagged", "ok", "flagged"):
+        nb = nbformat.v4.new_notebook()
+        nb.metadata[META] = {"status": status, "reasons": [], "withheld": {}}
+        FlagSubmission().preprocess(nb, info)
+        with Gradebook(db) as gb:
+            seen.append(gb.find_submission_notebook(A, A, "ada").flagged)
+    assert seen == [True, False, True]
+
+
 def _config(kernel: str):
     from traitlets.config import Config
 
