@@ -82,3 +82,29 @@ def test_unsolved_release_fails_validation(assignment, tmp_path):
     cfg = Course(tmp_path / "course").config()
     results = Validator(config=cfg).validate(str(EXERCISES / assignment / f"{assignment}.ipynb"))
     assert results.get("failed"), f"the unsolved release of {assignment} passes validation: {results}"
+
+
+@pytest.mark.slow
+def test_a_kernel_started_outside_a_grading_run_gets_the_tier_that_runs_here(tmp_path, monkeypatch):
+    """nbgrader's validator starts a kernel of the course's kernel spec outside any grading run (no
+    tier decided, no zygote): the launcher decides the tier itself, and where a new process cannot
+    start as the sandbox's uid (the Landlock tier as root, Python under a folder closed to other
+    users: pyenv or conda in a 0700 /root) it forks a zygote of its own. Here with the Landlock tier
+    forced; before, the launcher assumed bubblewrap and, on a machine without it, the kernel died."""
+    from nbgrader.validator import Validator
+
+    from awb_grader.isolation import tiers
+
+    monkeypatch.setenv(tiers.FORCE_ENV, "landlock")
+    if tiers.detect().name != "landlock":
+        pytest.skip("the Landlock tier cannot run here: " + tiers.detect().describe())
+    for var in ("AWB_SANDBOX_MODE", "AWB_ZYGOTE", "AWB_ZYGOTE_TOKEN", "AWB_SANDBOX_UID"):
+        monkeypatch.delenv(var, raising=False)
+    log = tmp_path / "kernel.log"
+    monkeypatch.setenv("AWB_KERNEL_LOG", str(log))
+    assignment = "04_queries_keys_values"
+    cfg = Course(tmp_path / "course").config()
+    results = Validator(config=cfg).validate(str(EXERCISES / assignment / f"{assignment}.ipynb"))
+    assert results.get("failed"), f"the unsolved release of {assignment} passes validation: {results}"
+    assert "a kernel started outside a grading run: the landlock tier" in log.read_text(), log.read_text()[-2000:]
+

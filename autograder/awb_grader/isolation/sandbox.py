@@ -463,6 +463,16 @@ def launch(argv: list[str]) -> None:
         cwd = os.getcwd()
     except FileNotFoundError:  # started from a folder that no longer exists: say so, clearly
         sys.exit("awb sandbox: the kernel's working directory no longer exists")
+    decided = None
+    if not os.environ.get("AWB_SANDBOX_MODE"):
+        # started outside a grading run (nbgrader's validator, say): the tier that runs here, as a
+        # grading run would decide it, not bubblewrap where there is none
+        from . import tiers
+
+        try:
+            decided = tiers.configure(say=lambda *a: None)
+        except Refused as e:
+            sys.exit(f"awb sandbox: no kernel can start: {e}")
     private = os.environ.get("AWB_PRIVATE_RUNTIME")
     if private:
         # the sandbox sees only this folder: the kernel's own sockets and connection file
@@ -485,10 +495,25 @@ def launch(argv: list[str]) -> None:
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
+    if decided:
+        print(f"awb sandbox: a kernel started outside a grading run: the {decided} tier", file=sys.stderr, flush=True)
     if os.environ.get(zygote_env()):
         why = _warm_kernel(conn, cwd)          # returns only when the zygote could not start it
         print(f"awb sandbox: a new kernel instead of the zygote's: {why}", file=sys.stderr, flush=True)
     blocked = cold_blocked()
+    if blocked and not os.environ.get(zygote_env()):
+        # no grading process's zygote (a kernel started outside a grading run) and a new process cannot
+        # start as the sandbox's uid: this launcher forks a zygote of its own, whose child opens what
+        # that uid cannot reach before its uid changes
+        try:
+            from . import zygote
+
+            zygote.preload()
+            if zygote_for(cwd, fork=True) is not None:
+                why = _warm_kernel(conn, cwd)
+                blocked = f"{blocked}; a zygote of the launcher's own could not start it either ({why})"
+        except Exception as e:  # noqa: BLE001 - the reason below says why no kernel starts
+            blocked = f"{blocked}; a zygote of the launcher's own could not start ({type(e).__name__}: {e})"
     if blocked:
         sys.exit(f"awb sandbox: no kernel can start: {blocked}")
     cmd = kernel_command(conn, cwd)
