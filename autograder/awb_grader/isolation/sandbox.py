@@ -271,9 +271,7 @@ def own_uid() -> int:
     """The sandbox uid of this process's kernels (AWB_SANDBOX_UID; a grading worker sets its own:
     :func:`worker_environment`), the run's base where none is set; as root, claimed for this process
     (:func:`claim_uid`), so a uid inherited from another grader's environment is not shared."""
-    uid = int(os.environ.get(UID_ENV) or run_uid_base())
-    if os.geteuid() == 0:
-        uid = claim_uid(uid)
+    uid = claim_uid(int(os.environ.get(UID_ENV) or run_uid_base()))
     os.environ[UID_ENV] = str(uid)
     return uid
 
@@ -307,10 +305,11 @@ def _uid_lock_dir() -> Path | None:
 def claim_uid(uid: int) -> int:
     """``uid`` for this process's sandboxes, held by a lock for the process's life; where another live
     process holds it (its own run, or another run that inherited the same base), a newly drawn uid
-    (:func:`draw_uids`), held the same way. Without a folder for the locks: ``uid`` unclaimed."""
+    (:func:`draw_uids`), held the same way. Not as root (the sandbox then runs as the grader's own
+    uid), or without a folder for the locks: ``uid`` unclaimed."""
     import fcntl
 
-    folder = _uid_lock_dir()
+    folder = _uid_lock_dir() if os.geteuid() == 0 else None
     if folder is None:
         return uid
     for _ in range(100):
