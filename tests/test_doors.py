@@ -87,7 +87,7 @@ def test_every_nbgrader_app_gets_the_protected_settings(tmp_path):
 
 def test_the_sandbox_kernel_spec_is_found_by_the_kernel_manager():
     km = SandboxKernelManager(kernel_name=KERNEL_NAME)
-    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.isolation.sandbox"]
+    assert km.kernel_spec.argv[1:3] == ["-m", "awb_grader.isolation.launcher"]
     assert km.kernel_spec.interrupt_mode == "message"
 
 

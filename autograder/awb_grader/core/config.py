@@ -5,8 +5,8 @@ awb_grader cohort``/``grade``) loads the course's ``nbgrader_config.py``, which 
 :func:`configure`. That selects, through nbgrader's and jupyter_client's configuration only:
 
 * the **kernel**: the ``awb-sandbox`` kernel spec (``autograder/kernels/``), whose command
-  (``python -m awb_grader.isolation.sandbox``) starts ``ipykernel`` inside bubblewrap with resource
-  limits (``isolation/sandbox.py``), talking to nbgrader over Unix sockets in a short private folder;
+  (``python -m awb_grader.isolation.launcher``) starts ``ipykernel`` in the isolation tier's sandbox
+  with resource limits (``isolation/sandbox.py``), talking to nbgrader over Unix sockets in a short private folder;
   ``core.kernel_manager.SandboxKernelManager`` is jupyter_client's ``AsyncKernelManager`` that
   finds that kernel spec;
 * the **autograde preprocessors**: nbgrader's own list, with ours (``core/preprocessors/``, one

@@ -455,23 +455,15 @@ def _empty_folder(folder: Path) -> None:
             os.unlink(entry.path)
 
 
-def launch(argv: list[str]) -> None:
-    """Kernel spec entry point: ``python -m awb_grader.isolation.sandbox -f CONNECTION_FILE``."""
+def launch(argv: list[str], decided: str | None = None) -> None:
+    """Start the kernel ``argv`` (``-f CONNECTION_FILE``) names, in the sandbox of the tier this
+    process's environment says (``isolation/launcher.py``, the kernel spec's command, decides it
+    first where no grading run did: ``decided``)."""
     conn = argv[argv.index("-f") + 1]
     try:
         cwd = os.getcwd()
     except FileNotFoundError:  # started from a folder that no longer exists: say so, clearly
         sys.exit("awb sandbox: the kernel's working directory no longer exists")
-    decided = None
-    if not os.environ.get("AWB_SANDBOX_MODE"):
-        # started outside a grading run (nbgrader's validator, say): the tier that runs here, as a
-        # grading run would decide it, not bubblewrap where there is none
-        from . import tiers
-
-        try:
-            decided = tiers.configure(say=lambda *a: None)
-        except Refused as e:
-            sys.exit(f"awb sandbox: no kernel can start: {e}")
     private = os.environ.get("AWB_PRIVATE_RUNTIME")
     if private:
         # the sandbox sees only this folder: the kernel's own sockets and connection file
@@ -672,5 +664,5 @@ REPLAY = [sys.executable, "-m", "awb_grader.replay"]
 REPLAY_FILES = [AUTOGRADER / "awb_grader" / name for name in ("__init__.py", "replay.py", "replay_support.py")]
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":          # (kernel specs written before isolation/launcher.py)
     launch(sys.argv[1:])
