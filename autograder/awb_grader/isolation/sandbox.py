@@ -492,10 +492,10 @@ def launch(argv: list[str], decided: str | None = None) -> None:
         why = _warm_kernel(conn, cwd)          # returns only when the zygote could not start it
         print(f"awb sandbox: a new kernel instead of the zygote's: {why}", file=sys.stderr, flush=True)
     blocked = cold_blocked()
-    if blocked and not os.environ.get(zygote_env()):
-        # no grading process's zygote (a kernel started outside a grading run) and a new process cannot
-        # start as the sandbox's uid: this launcher forks a zygote of its own, whose child opens what
-        # that uid cannot reach before its uid changes
+    if blocked:
+        # no grading process's zygote (a kernel started outside a grading run), or it would not start
+        # this kernel, and a new process cannot start as the sandbox's uid: this launcher forks a
+        # zygote of its own, whose child opens what that uid cannot reach before its uid changes
         try:
             from . import zygote
 

@@ -183,26 +183,26 @@ class Replay:
         if mode in ("bwrap", "landlock"):
             sandbox.prepare_run(str(cwd), warm=z is not None)   # its uid owns its folder; nothing earlier runs
         self.proc = None
-        if z is not None:
-            plan, cenv = sandbox.child_plan(str(cwd), ro=sandbox.REPLAY_FILES, env=env)
-            to_child, from_grader = os.pipe()
-            to_grader, from_child = os.pipe()
+        why = None if z is not None else (zygote.cold_reason(mode) or f"no zygote serves the {mode} tier")
+        for attempt in range(2):
+            if z is None:
+                break
             try:
-                self.proc = z.fork("replay", ["awb_grader.replay"], str(cwd), cenv, plan,
-                                   [to_child, from_child, self._stderr.fileno()], sandbox.preload_for())
+                self._fork(z, cwd, env)
+                break
             except zygote.Refused as e:
-                self._stderr.write(f"awb sandbox: a new replay process instead of the zygote's: {e}\n".encode())
-                os.close(from_grader)
-                os.close(to_grader)
-            else:
-                self._in, self._out = os.fdopen(from_grader, "wb"), os.fdopen(to_grader, "rb")
-            finally:
-                os.close(to_child)
-                os.close(from_child)
+                why = str(e)
+                self._stderr.write(f"awb sandbox: the zygote did not start the replay: {e}\n".encode())
+                if attempt or sandbox.cold_blocked(env) is None:
+                    break
+                # no new process can start here instead: one more try from a new zygote (the running
+                # one may have died, or its socket gone)
+                zygote.stop()
+                z = sandbox.zygote_for(cwd, env)
         if self.proc is None:
             blocked = sandbox.cold_blocked(env)
             if blocked:
-                raise Unsupported(f"the replay process cannot start: {blocked}")
+                raise Unsupported(f"the replay process cannot start: {blocked}; the zygote did not start it: {why}")
             program = sandbox.REPLAY
             if mode in ("bwrap", "landlock", "limits"):
                 cmd = sandbox.sandbox_command(program, str(cwd), env=env, ro=sandbox.REPLAY_FILES)
@@ -218,6 +218,26 @@ class Replay:
         if not isinstance(ready, dict) or "ready" not in ready:
             raise Unsupported("the replay process did not start")
         self.names: dict = ready["ready"]
+
+    def _fork(self, z, cwd: Path, env: dict) -> None:
+        """The replay as a child of the zygote ``z`` (``zygote.Refused`` where it would not start it)."""
+        from ..isolation import sandbox
+
+        plan, cenv = sandbox.child_plan(str(cwd), ro=sandbox.REPLAY_FILES, env=env)
+        to_child, from_grader = os.pipe()
+        to_grader, from_child = os.pipe()
+        try:
+            self.proc = z.fork("replay", ["awb_grader.replay"], str(cwd), cenv, plan,
+                               [to_child, from_child, self._stderr.fileno()], sandbox.preload_for())
+        except BaseException:
+            os.close(from_grader)
+            os.close(to_grader)
+            raise
+        else:
+            self._in, self._out = os.fdopen(from_grader, "wb"), os.fdopen(to_grader, "rb")
+        finally:
+            os.close(to_child)
+            os.close(from_child)
 
     def _send_raw(self, data: bytes) -> None:
         try:
