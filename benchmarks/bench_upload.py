@@ -24,7 +24,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import nbformat
@@ -66,21 +65,13 @@ def bench(docker, exercise: str, runs: int, tmp: Path) -> list[tuple[dict, float
     from awb_grader.core.course import EXERCISES, resolve
     from awb_grader.devtools.variants import student_notebook
     from awb_grader.platforms import gradescope
-    from docker_daemon import VENV
 
     a = resolve([exercise])[0]
     z = gradescope.build(exercise, tmp / f"{a}.zip")
     root = tmp / a / "root"
-    (root / "source").mkdir(parents=True)
-    with zipfile.ZipFile(z) as zf:
-        zf.extractall(root / "source")
-    for p in ("setup.sh", "run_autograder"):
-        (root / "source" / p).chmod(0o755)
-    setup = docker.run(["-v", f"{root}:/autograder", "-e", f"AWB_SETUP_VENV={VENV}"],
-                       ["bash", "/autograder/source/setup.sh"])
+    setup = docker.gradescope_setup(z, root)         # as Gradescope's image build does
     if setup["rc"] != 0:
         raise SystemExit(f"setup.sh of {a} failed:\n{setup['stdout'][-3000:]}")
-    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")   # as Gradescope's image build does
     up = tmp / a / "uploads"
     (up / "out").mkdir(parents=True)
     release = EXERCISES / a / f"{a}.ipynb"

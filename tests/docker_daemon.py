@@ -116,6 +116,22 @@ class Daemon:
             rc, out = 124, f"timed out after {timeout} s: {e.stdout or ''}"
         return {"rc": rc, "seconds": time.perf_counter() - t0, "stdout": out}
 
+    def gradescope_setup(self, zip_path: Path, root: Path) -> dict:
+        """An autograder zip installed in ``root`` (bound as ``/autograder``) as Gradescope's image build
+        does: unpacked into ``source/``, ``setup.sh`` run in a container (with this environment:
+        ``AWB_SETUP_VENV``), ``run_autograder`` copied to the root; setup.sh's {rc, seconds, stdout}."""
+        import zipfile
+
+        (root / "source").mkdir(parents=True)
+        with zipfile.ZipFile(zip_path) as zf:
+            zf.extractall(root / "source")
+        for p in ("setup.sh", "run_autograder"):
+            (root / "source" / p).chmod(0o755)
+        setup = self.run(["-v", f"{root}:/autograder", "-e", f"AWB_SETUP_VENV={VENV}"],
+                         ["bash", "/autograder/source/setup.sh"])
+        shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
+        return setup
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             ids = self.docker("ps", "-aq", check=False).stdout.split() if self.sock.exists() else []

@@ -21,7 +21,6 @@ reseeding at build time.
 import functools
 import json
 import os
-import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -43,7 +42,6 @@ MISTAKE = next(m for m in catalog.mistakes(A) if m.id == "sdpa_no_scaling")
 DELEGATION = next(s for s in shortcuts(A) if s.id == "sdpa_wraps_reference")
 TAMPERING = next(s for s in shortcuts(A) if s.kind == "tampering: encoded")
 GRADESCOPE_MB, GRADESCOPE_S, GRADESCOPE_CPUS = 768, 600, "0.5"     # its defaults: memory, time, half a CPU
-VENV = os.path.realpath(sys.prefix)     # the suite's environment, seen inside the container too
 
 
 KNOWN = ("scaled_dot_product_attention", "sdpa_no_scaling")   # answered from the published checks' inputs
@@ -144,15 +142,8 @@ def graded(docker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gradescope")
     z = gradescope.build("04", tmp / "autograder.zip", visibility="after_published", seed_salt="private-mirror")
     root = tmp / "root"
-    (root / "source").mkdir(parents=True)
-    with zipfile.ZipFile(z) as zf:
-        zf.extractall(root / "source")
-    for p in ("setup.sh", "run_autograder"):
-        (root / "source" / p).chmod(0o755)
-    setup = docker.run(["-v", f"{root}:/autograder", "-e", f"AWB_SETUP_VENV={VENV}"],
-                       ["bash", "/autograder/source/setup.sh"])
+    setup = docker.gradescope_setup(z, root)         # as Gradescope's image build does
     assert setup["rc"] == 0, setup["stdout"][-3000:]
-    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")   # as Gradescope's image build does
     up = tmp / "uploads"
     (up / "out").mkdir(parents=True)
     files = {"forger": _forger_upload(), **uploads()}
