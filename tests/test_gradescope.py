@@ -20,8 +20,6 @@ reseeding at build time.
 
 import functools
 import json
-import os
-import sys
 import zipfile
 from pathlib import Path
 
