@@ -21,7 +21,8 @@ import shutil
 import pytest
 
 from awb_grader.platforms import harness, prairielearn
-from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, VENV, uploads
+from docker_daemon import VENV
+from test_gradescope import A, DELEGATION, MISTAKE, RELEASE, uploads
 
 import peeking
 
