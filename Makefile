@@ -10,13 +10,14 @@ STAMP  := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)/autograder$(if $(PYTHONPATH),:$(PYTHONPATH))
 export MPLBACKEND := Agg
 
-.PHONY: help venv demo lint test test-fast lab release check-release links bench cohort adversarial bench-cohort clean
+.PHONY: help venv demo lint test test-fast test-catalog lab release check-release links bench cohort adversarial bench-cohort clean
 
 help:
 	@echo "make demo           grade the demo cohort end to end (nbgrader) and print the table"
 	@echo "make lint           ruff over the code and the notebooks (part of test and test-fast)"
 	@echo "make test           the linter, then the whole test suite (what CI runs)"
 	@echo "make test-fast      the linter, then only the tests that start no notebook kernel"
+	@echo "make test-catalog   the catalogued mistakes make test grades only in-process, through nbgrader"
 	@echo "make lab            JupyterLab on the lectures and exercises"
 	@echo "make release        regenerate exercises/ from solutions/ (nbgrader generate_assignment) and checks/graded.py"
 	@echo "make check-release  are exercises/ and checks/graded.py in sync with solutions/?"
@@ -52,7 +53,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not full_catalog"
+
+# every catalogued mistake through nbgrader: the ones make test grades in-process only (tests/test_catalog.py)
+test-catalog: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m full_catalog tests/test_catalog.py
 
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -m "not slow"

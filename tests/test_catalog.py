@@ -6,17 +6,27 @@ The grading kernels run with every Python warning turned on (PYTHONWARNINGS=alwa
 scores a test cell that writes to stderr 0, and a warning must never cost points, so the
 alternatives (some written to raise warnings) must still get full marks. A contract-breaking
 mistake (``visible=True``) may lose points only in cells whose visible check already fails
-(tests/test_visible_hints.py shows that part in-process)."""
+(tests/test_visible_hints.py shows that part in-process).
+
+``make test`` grades through nbgrader, for each exercise, the solution notebook, the reference,
+every correct alternative and a sample of the mistakes (:func:`sample`): every contract-breaking
+one (only nbgrader shows that points go only where the visible check fails), every one whose loss
+only the outside verdict decides, the first of each answer cell, and enough more that every test
+cell is lost by at least one. Every catalogued mistake is still graded on every run in-process,
+visible and hidden parts, the battery and the grade table (tests/test_checks.py,
+tests/test_battery.py, tests/test_visible_hints.py). The rest of the mistakes go through nbgrader
+in ``make test-catalog`` (the ``full_catalog`` marker): run it when you add an entry or change a
+check."""
 
 import pytest
 
 from attention_workbook.checks import graded
 from awb_grader import catalog
-from awb_grader.catalog.shortcuts import contract_breaking
 from awb_grader.core.course import SOLUTIONS, assignments
 from awb_grader.core.metadata import verdict_of
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools.variants import grade_variants, solution_cells
+from catalog_parts import graded_elsewhere, sample, the_rest
 
 
 # Exercises whose every catalogued mistake loses exactly its must_fail cells, no more (exercise 10: a kernel
@@ -28,21 +38,44 @@ EXACT_LOSSES = {"10_flash_attention_triton"}
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
 def test_catalog(assignment, tmp_path, monkeypatch):
+    """The solution notebook, the reference, every correct alternative and the sample of mistakes."""
+    grade_and_judge(assignment, sample(assignment), catalog.alternatives(assignment), tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.full_catalog
+@pytest.mark.parametrize("assignment", assignments())
+def test_catalog_rest(assignment, tmp_path, monkeypatch):
+    """Every other catalogued mistake (``make test-catalog``)."""
+    grade_and_judge(assignment, the_rest(assignment), [], tmp_path, monkeypatch)
+
+
+def test_the_sample_loses_every_test_cell_and_the_two_parts_are_the_catalog():
+    for assignment in assignments():
+        mine, rest, elsewhere = sample(assignment), the_rest(assignment), graded_elsewhere(assignment)
+        assert sorted(m.id for m in mine + rest + elsewhere) == sorted(m.id for m in catalog.mistakes(assignment))
+        assert not set(m.id for m in mine) & set(m.id for m in rest)
+        lost = {c for m in mine + elsewhere for c in m.must_fail}
+        assert {t[0] for t in graded.TESTS[assignment]} <= lost, assignment
+        assert set(graded.ANSWERS[assignment]) <= {m.cell for m in mine + elsewhere}, assignment
+        assert all(m in mine for m in catalog.mistakes(assignment) if m.visible and m not in elsewhere)
+
+
+def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch):
+    """Autograde ``mistakes`` and ``alternatives`` (and, with alternatives, the solution notebook and the
+    reference) in one throwaway course, and assert what the module's docstring says of each."""
     monkeypatch.setenv("PYTHONWARNINGS", "always")   # inherited by the grading kernels
-    # 04-08's contract-breaking mistakes are graded, with the same checks, in the sandboxed cohort
-    # run of tests/test_shortcuts.py (one run for all of them instead of a second grading here)
-    in_cohort = [m for a, m in contract_breaking(assignment)]
-    mistakes = [m for m in catalog.mistakes(assignment) if m not in in_cohort]
-    alternatives = catalog.alternatives(assignment)
-    variants = {"reference": {}}
+    variants = {"reference": {}} if alternatives else {}
     variants.update({f"mistake-{m.id}": {m.cell: m.source, **m.extra_cells} for m in mistakes})
     variants.update({f"alternative-{a.id}": dict(a.cells) for a in alternatives})
     source_nb = SOLUTIONS / assignment / f"{assignment}.ipynb"
-    graded = grade_variants(assignment, variants, tmp_path, timeout=60, files={"solution-notebook": source_nb})
+    files = {"solution-notebook": source_nb} if alternatives else {}
+    graded = grade_variants(assignment, variants, tmp_path, timeout=60, files=files)
 
     problems, ambiguous, downstream = [], 0, 0
     order = list(solution_cells(assignment))  # answer cells in notebook order
-    for student in ("solution-notebook", "reference"):
+    whole = [*files, *(v for v in variants if v == "reference")]      # the solution as it is, and rebuilt
+    for student in whole:
         if graded.total(student) != graded.max_total:
             problems.append(f"{student} scored {graded.total(student)}/{graded.max_total}: {graded.scores[student]}")
     for m in mistakes:
@@ -86,15 +119,16 @@ def test_catalog(assignment, tmp_path, monkeypatch):
             problems.append(f"correct alternative {a.id} lost points: {lost}")
     # correct work is never flagged: the outside verdict (hidden checks, the reading of the answer
     # cells for delegation and hidden code) finds nothing to say of it
-    for student in ("solution-notebook", "reference", *(f"alternative-{a.id}" for a in alternatives)):
+    for student in (*whole, *(f"alternative-{a.id}" for a in alternatives)):
         meta = verdict_of(graded.course.path("autograded", student, assignment) / f"{assignment}.ipynb")
         if meta.get("status") != "ok" or meta.get("withheld"):
             problems.append(f"{student} was flagged: {meta.get('reasons')}")
     assert not problems, "\n".join(problems)
     print(
         f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
-        f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}; "
-        f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
+        + (f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}; "
+           if alternatives else "")
+        + f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
         f"{downstream} also a mistake in a later function whose check they break"
     )
 

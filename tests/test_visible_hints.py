@@ -200,6 +200,14 @@ def test_failure_renders_short_without_traceback():
 NAMED_MISTAKES = [(a, m) for a, m in ALL_MISTAKES if m.hint]
 
 
+def after_first(assignment: str, overrides: dict[str, str]) -> list[str]:
+    """The test cells after the first answer cell ``overrides`` replaces, in notebook order: in a kernel the
+    ones before it run before the replaced code exists, and pass as the solution's do (test_checks.py)."""
+    cells = nbrun.cells(assignment)
+    first = min(i for i, c in enumerate(cells) if c.kind == "answer" and c.gid in overrides)
+    return [c.gid for c in cells[first:] if c.kind == "test"]
+
+
 @pytest.mark.parametrize("assignment,mistake", NAMED_MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in NAMED_MISTAKES])
 def test_grade_table_names_the_mistake(assignment, mistake):
     """From the messages of every failing cell (visible and hidden parts, in-process), the grade
@@ -207,7 +215,8 @@ def test_grade_table_names_the_mistake(assignment, mistake):
     same rule tests/test_catalog.py applies to nbgrader's output, minutes earlier in the edit loop.
     (A new entry whose hint another's message also shows, or an older entry that declares fewer
     lost cells than it really loses, is caught here.)"""
-    results = run_cells(assignment, {mistake.cell: mistake.source, **mistake.extra_cells}, hidden=True)
+    overrides = {mistake.cell: mistake.source, **mistake.extra_cells}
+    results = run_cells(assignment, overrides, hidden=True, only=set(after_first(assignment, overrides)))
     failed = [c for c, (msg, err) in results.items() if msg or err]
     errors = {c: (results[c][0] or "") + results[c][1] for c in failed}
     groups = catalog.named_by_errors(assignment, failed, errors)

@@ -189,6 +189,9 @@ def warm_up(names: list[str]) -> None:
                 os.close(null)
 
 
+_WAKE: list[int] = []           # the zygote's SIGCHLD pipe (read end, write end)
+
+
 def serve(path: str) -> None:
     """The zygote: preload, say ``ready <env JSON>`` on stdout, fork a child per request; exit when
     the owner closes our stdin (killing the children still running)."""
@@ -217,6 +220,14 @@ def serve(path: str) -> None:
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, "accept")
     sel.register(sys.stdin.fileno(), selectors.EVENT_READ, "owner")
+    # a child's end wakes the loop at once (its requester, a kernel's launcher or a replay, waits for
+    # it), not at the loop's next 50 ms tick: SIGCHLD writes to a pipe the selector watches
+    _WAKE[:] = os.pipe()
+    for fd in _WAKE:
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(_WAKE[1])
+    sel.register(_WAKE[0], selectors.EVENT_READ, "sigchld")
     kids: dict[int, tuple[socket.socket, float]] = {}      # child pid -> (its requester's connection, deadline)
     pending: dict[socket.socket, float] = {}                # connections that have not sent a request yet
     print("ready " + json.dumps(added), flush=True)
@@ -236,6 +247,12 @@ def _loop(sel, listener, kids, pending, mine, want, zygote_path) -> None:
             if key.data == "owner":
                 if not os.read(sys.stdin.fileno(), 4096):
                     return
+            elif key.data == "sigchld":          # reaped below
+                try:
+                    while os.read(_WAKE[0], 4096):
+                        pass
+                except BlockingIOError:
+                    pass
             elif key.data == "accept":
                 conn, _ = listener.accept()
                 if len(pending) > 32:                # nobody keeps the zygote busy
@@ -358,6 +375,9 @@ def _child(req: dict, fds: list[int], sockets: list, sel, zygote_path: list[str]
     code = 1
     try:
         os.setsid()                      # its own group: killed whole when it ends
+        signal.set_wakeup_fd(-1)         # the zygote's wake-up pipe is not the child's
+        for fd in _WAKE:
+            os.close(fd)
         for s in sockets:
             try:
                 s.close()
