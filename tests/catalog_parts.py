@@ -17,14 +17,16 @@ def graded_elsewhere(assignment: str) -> list:
 
 @lru_cache(maxsize=None)
 def sample(assignment: str) -> list:
-    """The mistakes ``make test`` grades through nbgrader, in catalog order: every contract-breaking one
-    (the suite's only proof that nbgrader takes points where the visible check fails and nowhere else),
-    every one only the outside verdict catches (tests/test_checks.py's HIDDEN_DECIDES), the first of each
-    answer cell, then, while a test cell is lost by none of them, the mistake that loses most of those."""
+    """The mistakes ``make test`` grades through nbgrader, in catalog order: the first contract-breaking
+    one (nbgrader takes points where the visible check fails and nowhere else; tests/test_visible_hints.py
+    shows it of the others in-process), every one only the outside verdict catches (tests/test_checks.py's
+    HIDDEN_DECIDES), the first of each answer cell, then, while a test cell is lost by none of them, the
+    mistake that loses most of those."""
     from test_checks import HIDDEN_DECIDES
 
     mistakes = [m for m in catalog.mistakes(assignment) if m not in graded_elsewhere(assignment)]
-    chosen = [m for m in mistakes if m.visible or m.id in HIDDEN_DECIDES.get(assignment, {})]
+    chosen = [m for m in mistakes if m.visible][:1]
+    chosen += [m for m in mistakes if m.id in HIDDEN_DECIDES.get(assignment, {}) and m not in chosen]
     for cell in graded.ANSWERS[assignment]:
         if not any(m.cell == cell for m in chosen):
             chosen += [m for m in mistakes if m.cell == cell][:1]

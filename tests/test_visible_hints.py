@@ -226,3 +226,7 @@ def test_grade_table_names_the_mistake(assignment, mistake):
     assert any(mistake in g for g in groups) and not earlier, (
         f"{mistake.id}: the grade table would name {[[x.id for x in g] for g in groups]} (lost: {failed})"
     )
+    if mistake.visible:     # test_catalog's rule for a contract break: points only where the visible check fails
+        surprise = sorted(set(failed) - set(mistake.must_fail))
+        assert not surprise, (f"{mistake.id} breaks only the contract, yet loses {surprise}, cells its must_fail "
+                              "does not name (and whose visible check need not fail)")
