@@ -1,7 +1,8 @@
 """Visible checks, fast and in-process (no kernel, no nbgrader), for every exercise at once
 (that the solution passes them, silently, is tests/test_checks.py's test_solution_passes):
 
-* every catalogued mistake with a hint fails a visible check whose message contains that hint;
+* every catalogued mistake with a hint fails a visible check whose message contains that hint
+  (asserted by tests/test_checks.py's test of each mistake, through :func:`visible_messages_say`);
   a contract-breaking mistake (``visible=True``: right on some of the inputs the text promises,
   wrong on others) fails the visible part of EVERY cell it loses at grading, so nothing is
   lost that the student could not see (tests/test_catalog.py checks nbgrader takes points only
@@ -100,12 +101,11 @@ def _leaks(assignment: str, text: str) -> list[tuple[str, str]]:
 ALL_MISTAKES = [(a, m) for a in assignments() for m in catalog.mistakes(a)]
 
 
-@pytest.mark.parametrize("assignment,mistake", ALL_MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in ALL_MISTAKES])
-def test_visible_checks_name_the_mistake(assignment, mistake):
-    results = run_visible(
-        assignment, {mistake.cell: mistake.source, **mistake.extra_cells}, only=set(mistake.must_fail)
-    )
-    messages = {c: results.get(c) or "" for c in mistake.must_fail}
+def visible_messages_say(assignment: str, mistake, messages: dict[str, str | None]) -> None:
+    """What the visible parts of a mistake's must_fail cells say (``messages``: {cell: failure or None}):
+    no solution code; a contract break fails every one of them; a named mistake is named. Called by
+    tests/test_checks.py's test of each mistake, which runs those visible parts anyway."""
+    messages = {c: messages.get(c) or "" for c in mistake.must_fail}
     leaks = {c: _leaks(assignment, msg) for c, msg in messages.items() if _leaks(assignment, msg)}
     assert not leaks, f"{mistake.id}: a message hands out solution code: {leaks}"
     if mistake.visible:
