@@ -5,11 +5,11 @@ One cohort run (the real ``cohort`` command: nbgrader's zip_collect, the bubblew
 it is available, parallel shards, outside-the-kernel verdicts) grades, for exercises 04-09,
 every catalogued shortcut (``catalog/shortcuts.py``: delegation to the workbook's reference as a
 subclass, a wrapper, an alias import, a getattr, importlib / ``__import__`` / ``sys.modules``, an
-``nn.Module`` holding the reference; tampering with encoded names), every catalogued
-contract-breaking mistake (``visible=True``; ``tests/test_catalog.py`` leaves those of 04-09 to
-this run) and an honest student of each exercise. (Every correct alternative, blocks that reach
-their sub-modules through wrapper modules included, is graded the same way, unflagged and with full
-marks, by ``tests/test_catalog.py``.)
+``nn.Module`` holding the reference; tampering with encoded names), the first catalogued
+contract-breaking mistake of each exercise (``visible=True``; ``tests/test_catalog.py`` grades the
+others, ``tests/catalog_parts.py``) and an honest student of each exercise. (Every correct
+alternative, blocks that reach their sub-modules through wrapper modules included, is graded the
+same way, unflagged and with full marks, by ``tests/test_catalog.py``.)
 """
 
 import csv
@@ -25,11 +25,15 @@ from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools import synth
 from awb_grader.devtools.variants import solution_cells
+from catalog_parts import graded_elsewhere
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 EXERCISE_IDS = synth.SHORTCUT_EXERCISES
+EXERCISE_IDS_FULL = sorted({a for a, _ in contract_breaking()})
 SHORTCUTS = shortcuts()
-CONTRACT = contract_breaking()
+# the first contract break of each exercise (tests/catalog_parts.py): the others are graded by test_catalog
+# (`make test-catalog`) and in-process on every run (test_visible_hints: they lose only where the visible check fails)
+CONTRACT = [(a, m) for a in EXERCISE_IDS_FULL for m in graded_elsewhere(a)]
 TIER = tiers.detect().name if tiers.protected() else "limits"
 
 
@@ -43,7 +47,7 @@ def graded(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("shortcuts")
     inbox = tmp / "in"
-    honest = synth.shortcut_cohort(inbox)
+    honest = synth.shortcut_cohort(inbox, CONTRACT)
     res = cohort.run_cohort(
         inbox,
         tmp / "course",

@@ -285,12 +285,12 @@ def adversarial_download(folder: Path, dest_zip: Path, release_nb: Path) -> dict
 SHORTCUT_EXERCISES = ["04", "05", "06", "07", "08", "09"]
 
 
-def shortcut_cohort(inbox: Path) -> dict[tuple[str, str], str]:
+def shortcut_cohort(inbox: Path, contract: list | None = None) -> dict[tuple[str, str], str]:
     """The cohort of ``tests/test_shortcuts.py`` written into ``inbox``: every catalogued shortcut
-    (delegation to the workbook's reference in each form, encoded tampering), every contract-breaking
-    mistake, and an honest student of each of exercises 04-09 (the correct alternatives are graded
-    the same way by the catalog test). Returns {(assignment, student): what they did} of the honest
-    students."""
+    (delegation to the workbook's reference in each form, encoded tampering), the contract-breaking
+    mistakes ``contract`` ([(assignment, mistake)]; default: every one), and an honest student of each
+    of exercises 04-09 (the correct alternatives are graded the same way by the catalog test). Returns
+    {(assignment, student): what they did} of the honest students."""
     from ..catalog.shortcuts import contract_breaking, shortcuts
     from ..core.course import EXERCISES
 
@@ -305,7 +305,7 @@ def shortcut_cohort(inbox: Path) -> dict[tuple[str, str], str]:
         others = tuple(c for c in solution_cells(a) if c not in sc.cells) if sc.unanswered else ()
         nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, dict(sc.cells), unanswered=others)
         nbformat.write(nb, inbox / f"{student(sc.id)}_{a}.ipynb")
-    for a, m in contract_breaking():
+    for a, m in (contract_breaking() if contract is None else contract):
         nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, {m.cell: m.source, **m.extra_cells})
         nbformat.write(nb, inbox / f"{student('contract-' + m.id)}_{a}.ipynb")
     for a in sorted({sc.assignment for sc in shortcuts()}):
