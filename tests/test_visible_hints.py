@@ -37,11 +37,6 @@ def run_cells(assignment: str, overrides: dict[str, str], hidden: bool = False,
     return {k: (r.message, r.stderr) for k, r in results.items()}
 
 
-def run_visible(assignment: str, overrides: dict[str, str], only: set[str] | None = None) -> dict[str, str | None]:
-    """{test cell id: failure message of its visible part, or None}."""
-    return {k: msg for k, (msg, _err) in run_cells(assignment, overrides, only=only).items()}
-
-
 # ----------------------------------------------------------------------------------------
 # what the solution looks like, to recognise it in a message
 # ----------------------------------------------------------------------------------------
