@@ -28,6 +28,7 @@ import nbformat
 import pytest
 
 from awb_grader import catalog
+from awb_grader.isolation import tiers
 from awb_grader.platforms import gradescope, harness
 from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES
@@ -182,8 +183,8 @@ class TestHarness:
         said = graded["_setup"]["stdout"]
         # Docker's defaults refuse bubblewrap its namespaces; where this machine has no bubblewrap at all
         # (the container binds its system), the reason is that one
-        why = "Creating new namespace failed" if shutil.which("bwrap") else "not installed (apt-get install bubblewrap)"
-        assert "isolation tier: landlock" in said and f"not bubblewrap: {why}" in said, said
+        why = "bubblewrap: Creating new namespace failed" if shutil.which("bwrap") else tiers.NOT_INSTALLED
+        assert "isolation tier: landlock" in said and f"not {why}" in said, said
         assert "falls back" not in said
 
     def test_every_run_wrote_results_within_gradescope_defaults(self, graded):

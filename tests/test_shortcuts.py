@@ -21,7 +21,8 @@ from awb_grader import catalog
 from awb_grader.cohort import run as cohort
 from awb_grader.isolation import tiers
 from awb_grader.verdict import outside as verdict
-from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
+from awb_grader.catalog.shortcuts import shortcuts
+from awb_grader.core.course import assignments
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools import synth
 from awb_grader.devtools.variants import solution_cells
@@ -29,11 +30,10 @@ from catalog_parts import graded_elsewhere
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 EXERCISE_IDS = synth.SHORTCUT_EXERCISES
-EXERCISE_IDS_FULL = sorted({a for a, _ in contract_breaking()})
 SHORTCUTS = shortcuts()
 # the first contract break of each exercise (tests/catalog_parts.py): the others are graded by test_catalog
 # (`make test-catalog`) and in-process on every run (test_visible_hints: they lose only where the visible check fails)
-CONTRACT = [(a, m) for a in EXERCISE_IDS_FULL for m in graded_elsewhere(a)]
+CONTRACT = [(a, m) for a in assignments() for m in graded_elsewhere(a)]
 TIER = tiers.detect().name if tiers.protected() else "limits"
 
 

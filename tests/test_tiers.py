@@ -45,6 +45,7 @@ from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import EXERCISES, REPO
 from awb_grader.devtools.synth import FORKER, HOG, STUB
 from awb_grader.devtools.variants import solution_cells, student_notebook
+from awb_grader.isolation import tiers
 
 A = "04_queries_keys_values"
 RELEASE = EXERCISES / A / f"{A}.ipynb"
@@ -239,7 +240,7 @@ def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 20) -> dict:
 
 NEIGHBOURS = ("landlock as root", "landlock as non-root")
 # the containers bind this machine's system: without bubblewrap here, none of them has it
-NO_BWRAP = None if shutil.which("bwrap") else "bubblewrap is not installed on this machine (apt-get install bubblewrap)"
+NO_BWRAP = None if shutil.which("bwrap") else tiers.NOT_INSTALLED
 
 
 def runnable() -> list[str]:
@@ -250,7 +251,7 @@ def runnable() -> list[str]:
 def of(graded: dict, tier: str) -> dict:
     """What ``tier`` graded; skipped, with the reason, where it cannot run here."""
     if tier not in graded:
-        pytest.skip(f"the {tier} tier: {NO_BWRAP}")
+        pytest.skip(f"the {tier} tier, in containers that bind this machine's system: {NO_BWRAP}")
     return graded[tier]
 
 

@@ -42,6 +42,9 @@ class Tier:
             f"; not {'; not '.join(self.why_not)}" if self.why_not else "")
 
 
+NOT_INSTALLED = "bubblewrap: not installed (apt-get install bubblewrap)"
+
+
 def bwrap_error() -> str | None:
     """None where bubblewrap works; else why not (its own words)."""
     import shutil
@@ -50,7 +53,7 @@ def bwrap_error() -> str | None:
 
     exe = shutil.which("bwrap")
     if not exe:
-        return "bubblewrap: not installed (apt-get install bubblewrap)"
+        return NOT_INSTALLED
     cmd = [exe, "--unshare-net", "--unshare-pid", "--die-with-parent", *_system_binds(),
            "--proc", "/proc", "--dev", "/dev", "true"]
     if os.geteuid() != 0:
