@@ -307,7 +307,7 @@ def test_a_child_cannot_signal_ptrace_or_read_the_zygote_or_a_sibling(tier, tmp_
 
 
 @pytest.mark.sandbox
-def test_a_child_that_crashes_hangs_forkbombs_or_hogs_memory_ends_alone(tier, tmp_path):
+def test_a_child_that_crashes_hangs_stops_forkbombs_or_hogs_memory_ends_alone(tier, tmp_path):
     cwd = _folder(tmp_path)
     z = sandbox.zygote_for(cwd)
     crash = "import ctypes; ctypes.string_at(0)"
@@ -316,6 +316,9 @@ def test_a_child_that_crashes_hangs_forkbombs_or_hogs_memory_ends_alone(tier, tm
     t0 = time.monotonic()
     status, _ = _run("while True: pass", cwd, plan_extra={"life_s": 2})      # its life limit ends it
     assert status == -signal.SIGKILL and time.monotonic() - t0 < 30 and z.alive()
+    t0 = time.monotonic()                   # one that stops itself is ended at once (not at its life limit)
+    status, out = _run("import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nprint('resumed')", cwd, timeout=20)
+    assert status == -signal.SIGKILL and out == "" and time.monotonic() - t0 < 10 and z.alive(), (status, out)
     if tier != "limits":
         bomb = ("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
                 "            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError:\n    print('stopped', n)")

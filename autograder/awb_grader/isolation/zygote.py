@@ -38,7 +38,8 @@ to the zygote over a Unix socket, then stands in for the kernel (forwards signal
 status): jupyter_client sees it as the kernel's process. The replay's pipes are handed over the
 same way by the grading process itself (:class:`Child`). A zygote that died is started again on
 the next request (:func:`ensure`); a child that crashes, hangs, fork-bombs or runs out of memory
-ends alone.
+ends alone, and one that stops itself (SIGSTOP) is killed at once: its requester (nbclient, through
+the kernel's stand-in) finds a dead kernel within a second instead of waiting out the cell's time limit.
 """
 
 from __future__ import annotations
@@ -290,11 +291,17 @@ def _loop(sel, listener, kids, pending, mine, want, zygote_path) -> None:
                 _signal(pid, signal.SIGKILL)
         while True:            # reap the children that ended (and what they left), tell their requesters
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
+            if os.WIFSTOPPED(status):
+                # a child that stopped itself (SIGSTOP from its own code, or from what it started: nothing
+                # else may signal it) never answers again: it ends now, not when its cell's time runs out
+                if pid in kids:
+                    _signal(pid, signal.SIGKILL)
+                continue
             entry = kids.pop(pid, None)
             if entry is None:
                 continue
