@@ -17,7 +17,7 @@ help:
 	@echo "make lint           ruff over the code and the notebooks (part of test and test-fast)"
 	@echo "make test           the linter, then the whole test suite (what CI runs)"
 	@echo "make test-fast      the linter, then only the tests that start no notebook kernel"
-	@echo "make test-catalog   the catalogued mistakes make test grades only in-process, through nbgrader"
+	@echo "make test-catalog   the catalogued mistakes and shortcuts make test grades only in-process, through nbgrader"
 	@echo "make lab            JupyterLab on the lectures and exercises"
 	@echo "make release        regenerate exercises/ from solutions/ (nbgrader generate_assignment) and checks/graded.py"
 	@echo "make check-release  are exercises/ and checks/graded.py in sync with solutions/?"
@@ -55,9 +55,10 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not full_catalog"
 
-# every catalogued mistake through nbgrader: the ones make test grades in-process only (tests/test_catalog.py)
+# every catalogued mistake through nbgrader and every shortcut in the sandboxed cohort run: the ones make test
+# grades in-process only (tests/test_catalog.py, tests/test_shortcuts.py, tests/catalog_parts.py)
 test-catalog: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -m full_catalog tests/test_catalog.py
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m full_catalog tests/test_catalog.py tests/test_shortcuts.py
 
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -1,11 +1,12 @@
 """Which catalogued mistakes tests/test_catalog.py grades through nbgrader in ``make test`` (:func:`sample`)
-and which it leaves to ``make test-catalog`` (:func:`the_rest`); tests/conftest.py reads it too."""
+and which it leaves to ``make test-catalog`` (:func:`the_rest`); tests/conftest.py reads it too. The same for
+the catalogued shortcuts tests/test_shortcuts.py grades in its sandboxed cohort run (:func:`shortcut_sample`)."""
 
 from functools import lru_cache
 
 from attention_workbook.checks import graded
 from awb_grader import catalog
-from awb_grader.catalog.shortcuts import contract_breaking
+from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
 
 
 @lru_cache(maxsize=None)
@@ -20,25 +21,51 @@ def sample(assignment: str) -> list:
     """The mistakes ``make test`` grades through nbgrader, in catalog order: the first contract-breaking
     one where the shortcut cohort grades none (nbgrader takes points where the visible check fails and
     nowhere else; tests/test_visible_hints.py shows it of the others in-process), every one only the
-    outside verdict catches (tests/test_checks.py's HIDDEN_DECIDES), the first of each answer cell,
-    then, while a test cell is lost by none of them, the mistake that loses most of those."""
+    outside verdict catches (tests/test_checks.py's HIDDEN_DECIDES), then, while a test cell is lost by
+    none of the chosen ones or an answer cell is replaced by none, the mistake that covers most of those
+    (the first of the best, in catalog order; what the shortcut cohort grades counts as covered)."""
     from test_checks import HIDDEN_DECIDES
+
+    def covers(m) -> set[str]:
+        return set(m.must_fail) | {f"answer {m.cell}"}
 
     mistakes = [m for m in catalog.mistakes(assignment) if m not in graded_elsewhere(assignment)]
     chosen = [] if graded_elsewhere(assignment) else [m for m in mistakes if m.visible][:1]
     chosen += [m for m in mistakes if m.id in HIDDEN_DECIDES.get(assignment, {}) and m not in chosen]
-    for cell in graded.ANSWERS[assignment]:
-        if not any(m.cell == cell for m in chosen):
-            chosen += [m for m in mistakes if m.cell == cell][:1]
-    left = {t[0] for t in graded.TESTS[assignment]} - {c for m in chosen for c in m.must_fail}
+    left = {t[0] for t in graded.TESTS[assignment]} | {f"answer {c}" for c in graded.ANSWERS[assignment]}
+    left -= {c for m in chosen + graded_elsewhere(assignment) for c in covers(m)}
     while left:
-        best = max(mistakes, key=lambda m: len(left & set(m.must_fail)))    # the first of the best: catalog order
-        if not left & set(best.must_fail):
-            break                               # lost only by a mistake graded elsewhere
+        best = max(mistakes, key=lambda m: len(left & covers(m)))
+        if not left & covers(best):
+            break                               # covered by no catalogued mistake (test_catalog says so)
         chosen.append(best)
-        left -= set(best.must_fail)
+        left -= covers(best)
     return [m for m in mistakes if m in chosen]
 
 
 def the_rest(assignment: str) -> list:
     return [m for m in catalog.mistakes(assignment) if m not in graded_elsewhere(assignment) + sample(assignment)]
+
+
+@lru_cache(maxsize=None)
+def shortcut_sample() -> tuple:
+    """The shortcuts ``make test``'s cohort run grades, in catalog order: while a kind of shortcut (a form of
+    delegation, encoded tampering) or an exercise of 04-09 is graded by none of the chosen ones, the shortcut
+    that adds most of those (the first of the best): every kind and every exercise's provided modules
+    through the real sandbox. tests/test_own_work.py reads every one of them from the source on every
+    run; ``make test-catalog`` grades the others the same way."""
+    every = shortcuts()
+
+    def covers(sc) -> set[str]:
+        return {f"kind {sc.kind}", f"exercise {sc.assignment}"}
+
+    chosen, left = [], set().union(*map(covers, every))
+    while left:
+        best = max(every, key=lambda sc: len(left & covers(sc)))
+        chosen.append(best)
+        left -= covers(best)
+    return tuple(sc for sc in every if sc in chosen)
+
+
+def shortcut_rest() -> tuple:
+    return tuple(sc for sc in shortcuts() if sc not in shortcut_sample())

@@ -10,8 +10,8 @@ mistake (``visible=True``) may lose points only in cells whose visible check alr
 
 ``make test`` grades through nbgrader, for each exercise, the solution notebook, the reference,
 every correct alternative and a sample of the mistakes (tests/catalog_parts.py): the first
-contract-breaking one, every one whose loss only the outside verdict decides, the first of each
-answer cell, and enough more that every test cell is lost by at least one. Every catalogued
+contract-breaking one, every one whose loss only the outside verdict decides, and enough more that
+every test cell is lost and every answer cell replaced by at least one (58 of 392). Every catalogued
 mistake is still graded on every run in-process, visible and hidden parts, the battery and the
 grade table (tests/test_checks.py, tests/test_battery.py, tests/test_visible_hints.py). The rest of
 the mistakes go through nbgrader in ``make test-catalog`` (the ``full_catalog`` marker): run it

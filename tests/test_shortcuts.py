@@ -1,15 +1,16 @@
 """Shortcuts earn nothing; contract breaks lose what they must, visibly; every correct structure
 earns everything.
-
 One cohort run (the real ``cohort`` command: nbgrader's zip_collect, the bubblewrap sandbox when
 it is available, parallel shards, outside-the-kernel verdicts) grades, for exercises 04-09,
-every catalogued shortcut (``catalog/shortcuts.py``: delegation to the workbook's reference as a
-subclass, a wrapper, an alias import, a getattr, importlib / ``__import__`` / ``sys.modules``, an
-``nn.Module`` holding the reference; tampering with encoded names), the first catalogued
+a sample of the catalogued shortcuts (``catalog/shortcuts.py``: delegation to the workbook's reference
+as a subclass, a wrapper, an alias import, a getattr, importlib / ``__import__`` / ``sys.modules``, an
+``nn.Module`` holding the reference; tampering with encoded names): every kind and every exercise at
+least once (``tests/catalog_parts.py``; ``make test-catalog`` grades the other shortcuts in a second
+run, and tests/test_own_work.py reads every one from the source on every run), the first catalogued
 contract-breaking mistake of each exercise (``visible=True``; ``tests/test_catalog.py`` grades the
-others, ``tests/catalog_parts.py``) and an honest student of each exercise. (Every correct
-alternative, blocks that reach their sub-modules through wrapper modules included, is graded the
-same way, unflagged and with full marks, by ``tests/test_catalog.py``.)
+others) and an honest student of each exercise. (Every correct alternative, blocks that reach their
+sub-modules through wrapper modules included, is graded the same way, unflagged and with full marks,
+by ``tests/test_catalog.py``.)
 """
 
 import csv
@@ -26,7 +27,7 @@ from awb_grader.core.course import assignments
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools import synth
 from awb_grader.devtools.variants import solution_cells
-from catalog_parts import graded_elsewhere
+from catalog_parts import graded_elsewhere, shortcut_rest, shortcut_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 EXERCISE_IDS = synth.SHORTCUT_EXERCISES
@@ -41,13 +42,13 @@ def _student(name: str) -> str:
     return name.replace("_", "-")
 
 
-@pytest.fixture(scope="session")
-def graded(tmp_path_factory):
+def grade(tmp, contract, which, with_honest=True):
+    """(cohort result, {(a, student): record}, {(a, student): {cell: score in the kernel}}, flags.csv rows,
+    honest students) of one sandboxed cohort run over the shortcuts ``which`` and the contract breaks."""
     from nbgrader.api import Gradebook
 
-    tmp = tmp_path_factory.mktemp("shortcuts")
     inbox = tmp / "in"
-    honest = synth.shortcut_cohort(inbox, CONTRACT)
+    honest = synth.shortcut_cohort(inbox, contract, list(which), with_honest=with_honest)
     res = cohort.run_cohort(
         inbox,
         tmp / "course",
@@ -70,13 +71,42 @@ def graded(tmp_path_factory):
     return res, recs, in_kernel, flags, honest
 
 
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    return grade(tmp_path_factory.mktemp("shortcuts"), CONTRACT, shortcut_sample())
+
+
+@pytest.fixture(scope="session")
+def graded_rest(tmp_path_factory):
+    return grade(tmp_path_factory.mktemp("shortcuts-rest"), [], shortcut_rest(), with_honest=False)
+
+
 def test_the_batch_ran_in_the_sandbox(graded):
     res = graded[0]
     assert res.sandbox == TIER
 
 
-@pytest.mark.parametrize("sc", SHORTCUTS, ids=lambda s: s.id)
+@pytest.mark.parametrize("sc", shortcut_sample(), ids=lambda s: s.id)
 def test_each_shortcut_loses_its_points_and_is_flagged(graded, sc):
+    loses_its_points_and_is_flagged(graded, sc)
+
+
+@pytest.mark.full_catalog
+@pytest.mark.parametrize("sc", shortcut_rest(), ids=lambda s: s.id)
+def test_each_other_shortcut_loses_its_points_and_is_flagged(graded_rest, sc):
+    """The shortcuts the sample leaves out (``make test-catalog``)."""
+    loses_its_points_and_is_flagged(graded_rest, sc)
+
+
+def test_the_sample_grades_every_kind_and_exercise_and_the_two_parts_are_the_catalog():
+    sample, rest = shortcut_sample(), shortcut_rest()
+    assert sorted(s.id for s in sample + rest) == sorted(s.id for s in SHORTCUTS)
+    assert not {s.id for s in sample} & {s.id for s in rest}
+    assert {s.kind for s in sample} == {s.kind for s in SHORTCUTS}
+    assert {s.assignment for s in sample} == {s.assignment for s in SHORTCUTS}
+
+
+def loses_its_points_and_is_flagged(graded, sc):
     _, recs, in_kernel, flags, _ = graded
     r = recs[(sc.assignment, _student(sc.id))]
     assert r.status == "flagged", (r.status, r.reasons)

@@ -285,12 +285,13 @@ def adversarial_download(folder: Path, dest_zip: Path, release_nb: Path) -> dict
 SHORTCUT_EXERCISES = ["04", "05", "06", "07", "08", "09"]
 
 
-def shortcut_cohort(inbox: Path, contract: list | None = None) -> dict[tuple[str, str], str]:
-    """The cohort of ``tests/test_shortcuts.py`` written into ``inbox``: every catalogued shortcut
-    (delegation to the workbook's reference in each form, encoded tampering), the contract-breaking
-    mistakes ``contract`` ([(assignment, mistake)]; default: every one), and an honest student of each
-    of exercises 04-09 (the correct alternatives are graded the same way by the catalog test). Returns
-    {(assignment, student): what they did} of the honest students."""
+def shortcut_cohort(inbox: Path, contract: list | None = None, which: list | None = None,
+                    with_honest: bool = True) -> dict[tuple[str, str], str]:
+    """The cohort of ``tests/test_shortcuts.py`` written into ``inbox``: the catalogued shortcuts ``which``
+    (default: every one; delegation to the workbook's reference in each form, encoded tampering), the
+    contract-breaking mistakes ``contract`` ([(assignment, mistake)]; default: every one), and, with
+    ``with_honest``, an honest student of each of exercises 04-09 (the correct alternatives are graded the same
+    way by the catalog test). Returns {(assignment, student): what they did} of the honest students."""
     from ..catalog.shortcuts import contract_breaking, shortcuts
     from ..core.course import EXERCISES
 
@@ -300,7 +301,7 @@ def shortcut_cohort(inbox: Path, contract: list | None = None) -> dict[tuple[str
     inbox = Path(inbox)
     inbox.mkdir(parents=True, exist_ok=True)
     honest = {}
-    for sc in shortcuts():
+    for sc in shortcuts() if which is None else which:
         a = sc.assignment
         others = tuple(c for c in solution_cells(a) if c not in sc.cells) if sc.unanswered else ()
         nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, dict(sc.cells), unanswered=others)
@@ -308,7 +309,7 @@ def shortcut_cohort(inbox: Path, contract: list | None = None) -> dict[tuple[str
     for a, m in (contract_breaking() if contract is None else contract):
         nb = student_notebook(EXERCISES / a / f"{a}.ipynb", a, {m.cell: m.source, **m.extra_cells})
         nbformat.write(nb, inbox / f"{student('contract-' + m.id)}_{a}.ipynb")
-    for a in sorted({sc.assignment for sc in shortcuts()}):
+    for a in sorted({sc.assignment for sc in shortcuts()}) if with_honest else ():
         nbformat.write(student_notebook(EXERCISES / a / f"{a}.ipynb", a), inbox / f"honest_{a}.ipynb")
         honest[(a, "honest")] = "the reference solution"
     return honest
