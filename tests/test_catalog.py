@@ -8,14 +8,17 @@ alternatives (some written to raise warnings) must still get full marks. A contr
 mistake (``visible=True``) may lose points only in cells whose visible check already fails
 (tests/test_visible_hints.py shows that part in-process).
 
-``make test`` grades through nbgrader, for each exercise, the solution notebook, the reference,
-every correct alternative and a sample of the mistakes (tests/catalog_parts.py): the first
-contract-breaking one, every one whose loss only the outside verdict decides, and enough more that
-every test cell is lost and every answer cell replaced by at least one (58 of 392). Every catalogued
+``make test`` grades through nbgrader, for each exercise, the solution notebook, the reference, a
+sample of the correct alternatives (the first that raises warnings, and enough more that every answer
+cell an alternative replaces is replaced by one: 25 of 40) and a sample of the mistakes
+(tests/catalog_parts.py): the first contract-breaking one, every one whose loss only the outside
+verdict decides, and enough more that every test cell is lost and every answer cell replaced by at
+least one (58 of 392). Every catalogued
 mistake is still graded on every run in-process, visible and hidden parts, the battery and the
-grade table (tests/test_checks.py, tests/test_battery.py, tests/test_visible_hints.py). The rest of
-the mistakes go through nbgrader in ``make test-catalog`` (the ``full_catalog`` marker): run it
-when you add an entry or change a check."""
+grade table (tests/test_checks.py, tests/test_battery.py, tests/test_visible_hints.py), and every
+alternative, visible and hidden parts and the battery. The rest of the mistakes and alternatives go
+through nbgrader in ``make test-catalog`` (the ``full_catalog`` marker): run it when you add an entry
+or change a check."""
 
 import pytest
 
@@ -25,7 +28,7 @@ from awb_grader.core.course import SOLUTIONS, assignments
 from awb_grader.core.metadata import verdict_of
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools.variants import grade_variants, solution_cells
-from catalog_parts import graded_elsewhere, sample, the_rest
+from catalog_parts import alternative_rest, alternative_sample, graded_elsewhere, sample, the_rest
 
 
 # Exercises whose every catalogued mistake loses exactly its must_fail cells, no more (exercise 10: a kernel
@@ -37,16 +40,17 @@ EXACT_LOSSES = {"10_flash_attention_triton"}
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
 def test_catalog(assignment, tmp_path, monkeypatch):
-    """The solution notebook, the reference, every correct alternative and the sample of mistakes."""
-    grade_and_judge(assignment, sample(assignment), catalog.alternatives(assignment), tmp_path, monkeypatch)
+    """The solution notebook, the reference, the sample of correct alternatives and the sample of mistakes."""
+    grade_and_judge(assignment, sample(assignment), alternative_sample(assignment), tmp_path, monkeypatch,
+                    with_solution=True)
 
 
 @pytest.mark.slow
 @pytest.mark.full_catalog
 @pytest.mark.parametrize("assignment", assignments())
 def test_catalog_rest(assignment, tmp_path, monkeypatch):
-    """Every other catalogued mistake (``make test-catalog``)."""
-    grade_and_judge(assignment, the_rest(assignment), [], tmp_path, monkeypatch)
+    """Every other catalogued mistake and correct alternative (``make test-catalog``)."""
+    grade_and_judge(assignment, the_rest(assignment), alternative_rest(assignment), tmp_path, monkeypatch)
 
 
 def test_the_sample_loses_every_test_cell_and_the_two_parts_are_the_catalog():
@@ -59,17 +63,22 @@ def test_the_sample_loses_every_test_cell_and_the_two_parts_are_the_catalog():
         assert set(graded.ANSWERS[assignment]) <= {m.cell for m in mine + elsewhere}, assignment
         contract = [m for m in catalog.mistakes(assignment) if m.visible]
         assert not contract or contract[0] in mine + elsewhere, assignment
+        alts, others = alternative_sample(assignment), alternative_rest(assignment)
+        assert sorted(a.id for a in alts + others) == sorted(a.id for a in catalog.alternatives(assignment))
+        assert not {a.id for a in alts} & {a.id for a in others}
+        assert {c for a in alts for c in a.cells} == {c for a in alts + others for c in a.cells}, assignment
+        assert any(a.id.startswith("warnings_") for a in alts), assignment
 
 
-def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch):
-    """Autograde ``mistakes`` and ``alternatives`` (and, with alternatives, the solution notebook and the
+def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch, with_solution=False):
+    """Autograde ``mistakes`` and ``alternatives`` (and, ``with_solution``, the solution notebook and the
     reference) in one throwaway course, and assert what the module's docstring says of each."""
     monkeypatch.setenv("PYTHONWARNINGS", "always")   # inherited by the grading kernels
-    variants = {"reference": {}} if alternatives else {}
+    variants = {"reference": {}} if with_solution else {}
     variants.update({f"mistake-{m.id}": {m.cell: m.source, **m.extra_cells} for m in mistakes})
     variants.update({f"alternative-{a.id}": dict(a.cells) for a in alternatives})
     source_nb = SOLUTIONS / assignment / f"{assignment}.ipynb"
-    files = {"solution-notebook": source_nb} if alternatives else {}
+    files = {"solution-notebook": source_nb} if with_solution else {}
     graded = grade_variants(assignment, variants, tmp_path, timeout=60, files=files)
 
     problems, ambiguous, downstream = [], 0, 0
@@ -126,8 +135,8 @@ def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch):
     assert not problems, "\n".join(problems)
     print(
         f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
-        + (f"{len(alternatives)} alternatives and the solution get {graded.max_total:g}/{graded.max_total:g}; "
-           if alternatives else "")
+        + (f"{len(alternatives)} alternatives{' and the solution' if with_solution else ''} get "
+           f"{graded.max_total:g}/{graded.max_total:g}; " if alternatives or with_solution else "")
         + f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
         f"{downstream} also a mistake in a later function whose check they break"
     )

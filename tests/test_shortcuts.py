@@ -9,8 +9,8 @@ least once (``tests/catalog_parts.py``; ``make test-catalog`` grades the other s
 run, and tests/test_own_work.py reads every one from the source on every run), the first catalogued
 contract-breaking mistake of each exercise (``visible=True``; ``tests/test_catalog.py`` grades the
 others) and an honest student of each exercise. (Every correct alternative, blocks that reach their
-sub-modules through wrapper modules included, is graded the same way, unflagged and with full marks,
-by ``tests/test_catalog.py``.)
+sub-modules through wrapper modules included, is graded through nbgrader, unflagged and with full marks,
+by ``tests/test_catalog.py``: a sample in ``make test``, the others in ``make test-catalog``.)
 """
 
 import csv
