@@ -1,5 +1,6 @@
 """Shortcuts earn nothing; contract breaks lose what they must, visibly; every correct structure
 earns everything.
+
 One cohort run (the real ``cohort`` command: nbgrader's zip_collect, the bubblewrap sandbox when
 it is available, parallel shards, outside-the-kernel verdicts) grades, for exercises 04-09,
 a sample of the catalogued shortcuts (``catalog/shortcuts.py``: delegation to the workbook's reference

@@ -223,7 +223,7 @@ def grade_in_tier(daemon, tmp: Path, tier: str, timeout: int = 20) -> dict:
     plus what was left running after it, the autograded notebooks and the container's output.
     ``timeout`` s a cell (tests/test_adversarial.py's and the demo's; an honest cell of exercise 04
     takes under 2 s there). The frozen kernel (SIGSTOP) does not wait for it: its zygote ends a child
-    that stops itself at once (each tier's run: 42-50 s before, 26-29 s since)."""
+    that stops itself at once (each tier's run: 42-51 s before, 26-29 s since)."""
     out = tmp / tier.replace(" ", "-")
     args, script = cohort_container(tier, cases(), tmp / "in", out, workers=2, timeout=timeout)
     (out / "zygote_probe.py").write_text(ZYGOTE_PROBE.format(tests=str(REPO / "tests")))
