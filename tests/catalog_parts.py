@@ -9,6 +9,20 @@ from awb_grader import catalog
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
 
 
+def cover(candidates: list, covers, chosen: list, left: set) -> list:
+    """``candidates`` in their (catalog) order that are in ``chosen`` or that a greedy cover of ``left``
+    adds: while something of ``left`` is covered by none chosen, the candidate that covers most of it
+    (``covers(candidate)``: a set; the first of the best). Stops where no candidate covers what is left."""
+    chosen, left = list(chosen), set(left)
+    while left:
+        best = max(candidates, key=lambda c: len(left & covers(c)))
+        if not left & covers(best):
+            break
+        chosen.append(best)
+        left -= covers(best)
+    return [c for c in candidates if c in chosen]
+
+
 @lru_cache(maxsize=None)
 def graded_elsewhere(assignment: str) -> list:
     """The first contract-breaking mistake of each of 04-09: graded, with every shortcut, in the sandboxed
@@ -34,13 +48,7 @@ def sample(assignment: str) -> list:
     chosen += [m for m in mistakes if m.id in HIDDEN_DECIDES.get(assignment, {}) and m not in chosen]
     left = {t[0] for t in graded.TESTS[assignment]} | {f"answer {c}" for c in graded.ANSWERS[assignment]}
     left -= {c for m in chosen + graded_elsewhere(assignment) for c in covers(m)}
-    while left:
-        best = max(mistakes, key=lambda m: len(left & covers(m)))
-        if not left & covers(best):
-            break                               # covered by no catalogued mistake (test_catalog says so)
-        chosen.append(best)
-        left -= covers(best)
-    return [m for m in mistakes if m in chosen]
+    return cover(mistakes, covers, chosen, left)   # (what no mistake covers: test_catalog says so)
 
 
 def the_rest(assignment: str) -> list:
@@ -58,11 +66,7 @@ def alternative_sample(assignment: str) -> list:
     every = catalog.alternatives(assignment)
     chosen = [a for a in every if a.id.startswith("warnings_")][:1]
     left = {c for a in every for c in a.cells} - {c for a in chosen for c in a.cells}
-    while left:
-        best = max(every, key=lambda a: len(left & set(a.cells)))
-        chosen.append(best)
-        left -= set(best.cells)
-    return [a for a in every if a in chosen]
+    return cover(every, lambda a: set(a.cells), chosen, left)
 
 
 def alternative_rest(assignment: str) -> list:
@@ -81,12 +85,7 @@ def shortcut_sample() -> tuple:
     def covers(sc) -> set[str]:
         return {f"kind {sc.kind}", f"exercise {sc.assignment}"}
 
-    chosen, left = [], set().union(*map(covers, every))
-    while left:
-        best = max(every, key=lambda sc: len(left & covers(sc)))
-        chosen.append(best)
-        left -= covers(best)
-    return tuple(sc for sc in every if sc in chosen)
+    return tuple(cover(every, covers, [], set().union(*map(covers, every))))
 
 
 def shortcut_rest() -> tuple:

@@ -101,7 +101,7 @@ def visible_messages_say(assignment: str, mistake, messages: dict[str, str | Non
     no solution code; a contract break fails every one of them; a named mistake is named. Called by
     tests/test_checks.py's test of each mistake, which runs those visible parts anyway."""
     messages = {c: messages.get(c) or "" for c in mistake.must_fail}
-    leaks = {c: _leaks(assignment, msg) for c, msg in messages.items() if _leaks(assignment, msg)}
+    leaks = {c: found for c, msg in messages.items() if (found := _leaks(assignment, msg))}
     assert not leaks, f"{mistake.id}: a message hands out solution code: {leaks}"
     if mistake.visible:
         silent = [c for c, msg in messages.items() if not msg]
