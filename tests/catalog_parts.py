@@ -7,6 +7,7 @@ from functools import lru_cache
 from attention_workbook.checks import graded
 from awb_grader import catalog
 from awb_grader.catalog.shortcuts import contract_breaking, shortcuts
+from awb_grader.devtools.variants import solution_cells
 
 
 def cover(candidates: list, covers, chosen: list, left: set) -> list:
@@ -90,3 +91,12 @@ def shortcut_sample() -> tuple:
 
 def shortcut_rest() -> tuple:
     return tuple(sc for sc in shortcuts() if sc not in shortcut_sample())
+
+
+def named_earlier(assignment: str, mistake, groups) -> list[str]:
+    """The entries the grade table (``groups``: catalog.named_by_errors) names in a function before the
+    mistake's own: the rule tests/test_catalog.py, test_visible_hints.py and test_shortcuts.py apply (a
+    later function's check may fail because of this mistake; an earlier one's must not be blamed)."""
+    order = list(solution_cells(assignment))           # answer cells in notebook order
+    own = (mistake.cell, *mistake.extra_cells)
+    return [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(mistake.cell)]

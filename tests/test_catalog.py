@@ -27,8 +27,8 @@ from awb_grader import catalog
 from awb_grader.core.course import SOLUTIONS, assignments
 from awb_grader.core.metadata import verdict_of
 from awb_grader.core.outputs import error_text
-from awb_grader.devtools.variants import grade_variants, solution_cells
-from catalog_parts import alternative_rest, alternative_sample, graded_elsewhere, sample, the_rest
+from awb_grader.devtools.variants import grade_variants
+from catalog_parts import alternative_rest, alternative_sample, graded_elsewhere, named_earlier, sample, the_rest
 
 
 # Exercises whose every catalogued mistake loses exactly its must_fail cells, no more (exercise 10: a kernel
@@ -82,7 +82,6 @@ def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch, w
     graded = grade_variants(assignment, variants, tmp_path, timeout=60, files=files)
 
     problems, ambiguous, downstream = [], 0, 0
-    order = list(solution_cells(assignment))  # answer cells in notebook order
     whole = [*files, *(v for v in variants if v == "reference")]      # the solution as it is, and rebuilt
     for student in whole:
         if graded.total(student) != graded.max_total:
@@ -113,14 +112,10 @@ def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch, w
             # (a later function's check may fail because of this one: counted, shown below)
             failed = [c for c, v in scores.items() if v < graded.max_scores[c]]
             groups = catalog.named_by_errors(assignment, failed, {c: error_text(nb, c) for c in failed})
-            own = (m.cell, *m.extra_cells)
-            earlier = [
-                x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(m.cell)
-            ]
-            if not any(m in g for g in groups) or earlier:
+            if not any(m in g for g in groups) or named_earlier(assignment, m, groups):
                 problems.append(f"{m.id}: the grade table would name {[[x.id for x in g] for g in groups]}")
             ambiguous += any(m in g and len(g) > 1 for g in groups)
-            downstream += any(x.cell not in own for g in groups for x in g)
+            downstream += any(x.cell not in (m.cell, *m.extra_cells) for g in groups for x in g)
     for a in alternatives:
         student = f"alternative-{a.id}"
         if graded.total(student) != graded.max_total:

@@ -27,8 +27,7 @@ from awb_grader.catalog.shortcuts import shortcuts
 from awb_grader.core.course import assignments
 from awb_grader.core.outputs import error_text
 from awb_grader.devtools import synth
-from awb_grader.devtools.variants import solution_cells
-from catalog_parts import graded_elsewhere, shortcut_rest, shortcut_sample
+from catalog_parts import graded_elsewhere, named_earlier, shortcut_rest, shortcut_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 EXERCISE_IDS = synth.SHORTCUT_EXERCISES
@@ -140,11 +139,8 @@ def test_each_contract_break_fails_its_visible_check_and_loses_only_there(graded
     assert not hidden, f"{m.id}: not a visible failure in {hidden}: {texts}"
     assert any(m.hint.lower() in t.lower() for t in texts.values()), (m.hint, texts)
     # the grade table names it from those messages (as tests/test_catalog.py requires of the rest)
-    order = list(solution_cells(a))
     groups = catalog.named_by_errors(a, r.failed_cells, texts)
-    own = (m.cell, *m.extra_cells)
-    earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(m.cell)]
-    assert any(m in g for g in groups) and not earlier, [[x.id for x in g] for g in groups]
+    assert any(m in g for g in groups) and not named_earlier(a, m, groups), [[x.id for x in g] for g in groups]
     assert flags[(a, st)]["failed_cells"].split() == r.failed_cells
 
 

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 import nbrun
+from catalog_parts import named_earlier
 from attention_workbook.checks import CheckFailed
 from awb_grader import catalog
 from awb_grader.core.course import REPO, SOLUTIONS, assignments
@@ -215,10 +216,7 @@ def test_grade_table_names_the_mistake(assignment, mistake):
     failed = [c for c, (msg, err) in results.items() if msg or err]
     errors = {c: (results[c][0] or "") + results[c][1] for c in failed}
     groups = catalog.named_by_errors(assignment, failed, errors)
-    order = list(solution_cells(assignment))
-    own = (mistake.cell, *mistake.extra_cells)
-    earlier = [x.id for g in groups for x in g if x.cell not in own and order.index(x.cell) < order.index(mistake.cell)]
-    assert any(mistake in g for g in groups) and not earlier, (
+    assert any(mistake in g for g in groups) and not named_earlier(assignment, mistake, groups), (
         f"{mistake.id}: the grade table would name {[[x.id for x in g] for g in groups]} (lost: {failed})"
     )
     if mistake.visible:     # test_catalog's rule for a contract break: points only where the visible check fails
