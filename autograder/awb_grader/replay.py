@@ -61,12 +61,20 @@ def _read(fh):
     return fh.read(n)
 
 
-def _write(fh, obj) -> None:
+def dumps(obj) -> bytes:
+    """``obj`` as a ``torch.save`` payload in PyTorch's format before zip files (documented: "pass
+    _use_new_zipfile_serialization=False"), which ``torch.load(weights_only=True)`` loads as it loads
+    the zip format: for the few kilobytes of one request, saved in half the time and loaded in two
+    thirds (a verdict makes hundreds of requests)."""
     import torch
 
     buf = io.BytesIO()
-    torch.save(obj, buf)
-    data = buf.getvalue()
+    torch.save(obj, buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue()
+
+
+def _write(fh, obj) -> None:
+    data = dumps(obj)
     fh.write(struct.pack(">I", len(data)) + data)
     fh.flush()
 
