@@ -75,17 +75,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
-# tests/test_visible_hints.py's grade-table test applies test_catalog's rule (the grade table names
-# the mistake and nothing in an earlier function) to messages computed in-process, minutes before
-# test_catalog can say it (`make test-fast`, `pytest -k`); its alternatives test finds in-process what
-# would cost a correct alternative points under nbgrader (a failing check, a word on stderr). For an
-# entry the same run also grades through nbgrader (test_catalog: the samples; test_catalog_rest: the
-# others, `make test-catalog`), test_catalog asserts it on the autograded notebook: the early warning is
-# left out (not for an alternative written to raise warnings: that test also shows it really does).
-EARLY_WARNINGS = {"test_visible_hints.py::test_grade_table_names_the_mistake": "mistake",
-                  "test_visible_hints.py::test_alternative_passes_without_a_word_on_stderr": "alt"}
+# Early warnings: tests/test_checks.py's test of each mistake also applies test_catalog's grade-table
+# rule (the grade table names the mistake and nothing in an earlier function) to messages computed
+# in-process, minutes before test_catalog can say it (`make test-fast`, `pytest -k`);
+# tests/test_visible_hints.py's alternatives test finds in-process what would cost a correct alternative
+# points under nbgrader (a failing check, a word on stderr). For an entry the same run also grades
+# through nbgrader (test_catalog: the samples; test_catalog_rest: the others, `make test-catalog`),
+# test_catalog asserts it on the autograded notebook: the early warning is left out (the alternatives
+# test deselected; the mistake test leaves out its grade-table part, ``graded_through_nbgrader``), not
+# for an alternative written to raise warnings (that test also shows it really does).
+EARLY_WARNINGS = {"test_visible_hints.py::test_alternative_passes_without_a_word_on_stderr": "alt"}
 GRADED_BY = {"test_catalog.py::test_catalog": ("sample", "alternative_sample"),
              "test_catalog.py::test_catalog_rest": ("the_rest", "alternative_rest")}
+_GRADED = pytest.StashKey[frozenset]()
+
+
+@pytest.fixture
+def graded_through_nbgrader(request) -> frozenset:
+    """{(assignment, "Mistake" or "Alternative", id)} of the catalog entries this run also grades
+    through nbgrader (test_catalog's selected items)."""
+    return request.config.stash.get(_GRADED, frozenset())
 
 
 def _leave_out_early_warnings(config, items):
@@ -99,6 +108,7 @@ def _leave_out_early_warnings(config, items):
               if name(i) in GRADED_BY and hasattr(i, "callspec") and not i.get_closest_marker("skip")
               for part in GRADED_BY[name(i)]
               for entry in getattr(catalog_parts, part)(i.callspec.params["assignment"])}
+    config.stash[_GRADED] = frozenset(graded)
 
     def early(i):
         if name(i) not in EARLY_WARNINGS or not hasattr(i, "callspec"):

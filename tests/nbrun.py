@@ -122,17 +122,23 @@ def run_tests(assignment: str, ns: dict, gids, part: str = "both") -> dict[str, 
 
 
 def run(assignment: str, overrides: dict[str, str] | None = None, *, only=None,
-        part: str = "visible") -> tuple[dict, dict[str, Result]]:
-    """(the namespace, {test cell id: Result}) after the whole notebook ran with ``overrides``;
-    ``only`` limits the test cells run (None: all; an empty set: none, answer and plain cells only)."""
+        part: str = "visible") -> tuple[dict, dict]:
+    """(the namespace, {test cell id: Result}) after the whole notebook ran with ``overrides``, each
+    test cell in its place; ``only`` limits the test cells run (None: all; an empty set: none, answer
+    and plain cells only). ``part="split"``: {test cell id: (visible part's Result, hidden part's
+    Result)}, the hidden part run after the visible one even where that failed (what each part alone
+    says; :func:`whole` is what the cell as a whole said)."""
     overrides = overrides or {}
     ns: dict = {"__name__": "__main__"}
-    results: dict[str, Result] = {}
+    results: dict = {}
     with grading(assignment):
         for i, cell in enumerate(cells(assignment)):
             if cell.kind == "test":
                 if only is None or cell.gid in only:
-                    results[cell.gid] = run_test(ns, cell, part)
+                    if part == "split":
+                        results[cell.gid] = (run_test(ns, cell, "visible"), run_test(ns, cell, "hidden"))
+                    else:
+                        results[cell.gid] = run_test(ns, cell, part)
                 continue
             src = overrides.get(cell.gid, cell.source) if cell.kind == "answer" else cell.source
             try:
@@ -142,6 +148,15 @@ def run(assignment: str, overrides: dict[str, str] | None = None, *, only=None,
                 if not overrides:
                     raise
     return ns, results
+
+
+def whole(visible: Result, hidden: Result) -> Result:
+    """What a test cell run as a whole (its visible part, then its hidden part) says, from its two
+    parts run one after the other (``run(..., part="split")``): the hidden part runs only where the
+    visible one passed."""
+    if visible.message is not None:
+        return visible
+    return Result(hidden.message, visible.stderr + hidden.stderr, visible.stdout + hidden.stdout)
 
 
 def namespace(assignment: str, overrides: dict[str, str] | None = None) -> dict:

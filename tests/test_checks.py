@@ -7,7 +7,10 @@ over the graded items that attention_workbook/checks/graded.py reads from the re
 * every answer left as the release's stub fails each of its test cells with "not implemented yet";
 * every catalogued mistake fails every test cell it names (visible and hidden parts together) with
   its hint in a visible message, the visible part alone fails those cells (except where listed in
-  HIDDEN_DECIDES), and the hidden part alone fails them too (except where listed below).
+  HIDDEN_DECIDES), and the hidden part alone fails them too (except where listed below); from the
+  same run (one per mistake, each test cell in its place, its two parts apart), the grade table names
+  the mistake (tests/test_visible_hints.py's ``grade_table_names``; left to tests/test_catalog.py
+  where the run grades that mistake through nbgrader).
 
 Exercise-specific checks (oracles against PyTorch, blocked built-ins, the package's references)
 are in tests/test_checks_exNN.py; hints and contracts in tests/test_visible_hints.py; the battery
@@ -23,7 +26,7 @@ import nbrun
 from attention_workbook.checks import graded
 from awb_grader import catalog
 from awb_grader.core.course import EXERCISES, assignments
-from test_visible_hints import visible_messages_say
+from test_visible_hints import after_first, grade_table_names, visible_messages_say
 
 ASSIGNMENTS = assignments()
 CELLS = [(a, t[0]) for a in ASSIGNMENTS for t in graded.TESTS[a]]
@@ -96,11 +99,17 @@ def test_unanswered_item_says_not_implemented(assignment, answer):
 
 
 @pytest.mark.parametrize("assignment,mistake", MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in MISTAKES])
-def test_mistake_loses_its_cells(assignment, mistake):
-    ns = nbrun.namespace(assignment, {mistake.cell: mistake.source, **mistake.extra_cells})
-    # the visible part alone: what the student's kernel runs (the hidden part runs outside it)
-    visible = {t: r.message for t, r in nbrun.run_tests(assignment, ns, mistake.must_fail, "visible").items()}
-    hidden = {t: r.message for t, r in nbrun.run_tests(assignment, ns, mistake.must_fail, "hidden").items()}
+def test_mistake_loses_its_cells(assignment, mistake, graded_through_nbgrader):
+    overrides = {mistake.cell: mistake.source, **mistake.extra_cells}
+    # the grade table's part (a mistake with a hint): every test cell after the first replaced answer;
+    # left to test_catalog where this run grades the mistake through nbgrader (tests/conftest.py)
+    table = bool(mistake.hint) and (assignment, type(mistake).__name__, mistake.id) not in graded_through_nbgrader
+    only = set(mistake.must_fail) | (set(after_first(assignment, overrides)) if table else set())
+    # one run of the notebook, each test cell in its place, its visible part (what the student's kernel runs;
+    # the hidden part runs outside it) and its hidden part apart
+    results = nbrun.run(assignment, overrides, only=only, part="split")[1]
+    visible = {t: results[t][0].message for t in mistake.must_fail}
+    hidden = {t: results[t][1].message for t in mistake.must_fail}
     kept = [t for t in mistake.must_fail if visible[t] is None and hidden[t] is None]
     assert not kept, f"{mistake.id} keeps the points of {kept}"
     # the hint in a visible message, no solution code in any, a contract break seen (test_visible_hints.py)
@@ -122,3 +131,5 @@ def test_mistake_loses_its_cells(assignment, mistake):
     else:
         passed = sorted(set(hidden) - set(caught))
         assert not passed, f"{mistake.id}: the hidden part alone passes {passed}"
+    if table:     # what each failing cell says as a whole (its hidden part only where its visible part passed)
+        grade_table_names(assignment, mistake, {t: nbrun.whole(*r) for t, r in results.items()})

@@ -9,6 +9,8 @@
   from those cells);
 * every graded item has such a contract entry;
 * no message a mistake produces hands out a line of the solution;
+* the grade table, from the messages of every failing cell, names the mistake and nothing in an
+  earlier function (:func:`grade_table_names`, asserted by the same test of each mistake);
 * every correct alternative passes the visible and hidden parts of every test cell without
   writing anything to stderr while Python warnings are all turned on (nbgrader scores a cell
   that writes to stderr 0).
@@ -193,9 +195,6 @@ def test_failure_renders_short_without_traceback():
 # ----------------------------------------------------------------------------------------
 # the grade table names each mistake (early warning for tests/test_catalog.py's nbgrader run)
 # ----------------------------------------------------------------------------------------
-NAMED_MISTAKES = [(a, m) for a, m in ALL_MISTAKES if m.hint]
-
-
 def after_first(assignment: str, overrides: dict[str, str]) -> list[str]:
     """The test cells after the first answer cell ``overrides`` replaces, in notebook order: in a kernel the
     ones before it run before the replaced code exists, and pass as the solution's do (test_checks.py)."""
@@ -204,17 +203,15 @@ def after_first(assignment: str, overrides: dict[str, str]) -> list[str]:
     return [c.gid for c in cells[first:] if c.kind == "test"]
 
 
-@pytest.mark.parametrize("assignment,mistake", NAMED_MISTAKES, ids=[f"{a[:2]}-{m.id}" for a, m in NAMED_MISTAKES])
-def test_grade_table_names_the_mistake(assignment, mistake):
-    """From the messages of every failing cell (visible and hidden parts, in-process), the grade
-    table (catalog.named_by_errors) names this mistake and nothing in an earlier function: the
-    same rule tests/test_catalog.py applies to nbgrader's output, minutes earlier in the edit loop.
-    (A new entry whose hint another's message also shows, or an older entry that declares fewer
-    lost cells than it really loses, is caught here.)"""
-    overrides = {mistake.cell: mistake.source, **mistake.extra_cells}
-    results = run_cells(assignment, overrides, hidden=True, only=set(after_first(assignment, overrides)))
-    failed = [c for c, (msg, err) in results.items() if msg or err]
-    errors = {c: (results[c][0] or "") + results[c][1] for c in failed}
+def grade_table_names(assignment: str, mistake, results: dict) -> None:
+    """From the messages of every failing cell (``results``: {test cell id: nbrun.Result of the whole cell},
+    visible and hidden parts, in-process, every test cell after the first answer the mistake replaces),
+    the grade table (catalog.named_by_errors) names this mistake and nothing in an earlier function: the
+    same rule tests/test_catalog.py applies to nbgrader's output, minutes earlier in the edit loop (a new
+    entry whose hint another's message also shows, or an older entry that declares fewer lost cells than
+    it really loses, is caught here). Called by tests/test_checks.py's test of each mistake."""
+    failed = [c for c, r in results.items() if r.message or r.stderr]
+    errors = {c: (results[c].message or "") + results[c].stderr for c in failed}
     groups = catalog.named_by_errors(assignment, failed, errors)
     assert any(mistake in g for g in groups) and not named_earlier(assignment, mistake, groups), (
         f"{mistake.id}: the grade table would name {[[x.id for x in g] for g in groups]} (lost: {failed})"
