@@ -1,5 +1,5 @@
-"""Every catalogued mistake loses points under nbgrader, every correct alternative and the
-solution notebook itself get full marks. Each exercise's variants are autograded together in
+"""Every catalogued mistake loses points under nbgrader, every correct alternative, the reference
+and the solution notebook itself get full marks. Each exercise's variants are autograded together in
 one throwaway course (one nbgrader generate_assignment, one autograde per variant).
 
 The grading kernels run with every Python warning turned on (PYTHONWARNINGS=always): nbgrader
@@ -8,17 +8,18 @@ alternatives (some written to raise warnings) must still get full marks. A contr
 mistake (``visible=True``) may lose points only in cells whose visible check already fails
 (tests/test_visible_hints.py shows that part in-process).
 
-``make test`` grades through nbgrader, for each exercise, the solution notebook, the reference, a
-sample of the correct alternatives (the first that raises warnings, and enough more that every answer
-cell an alternative replaces is replaced by one: 25 of 40) and a sample of the mistakes
-(tests/catalog_parts.py): the first contract-breaking one, every one whose loss only the outside
-verdict decides, and enough more that every test cell is lost and every answer cell replaced by at
-least one (58 of 392). Every catalogued
-mistake is still graded on every run in-process, visible and hidden parts, the battery and the
-grade table (tests/test_checks.py, tests/test_battery.py, tests/test_visible_hints.py), and every
-alternative, visible and hidden parts and the battery. The rest of the mistakes and alternatives go
-through nbgrader in ``make test-catalog`` (the ``full_catalog`` marker): run it when you add an entry
-or change a check."""
+``make test`` grades through nbgrader, for each exercise, the reference (the release with the
+solution's answers, built as every variant is), a sample of the correct alternatives (the first that
+raises warnings, and enough more that every answer cell an alternative replaces is replaced by one:
+25 of 40) and a sample of the mistakes (tests/catalog_parts.py): the first contract-breaking one,
+every one whose loss only the outside verdict decides, and enough more that every test cell is lost
+and every answer cell replaced by at least one (58 of 392). Every catalogued mistake is still graded
+on every run in-process, visible and hidden parts, the battery and the grade table
+(tests/test_checks.py, tests/test_battery.py, tests/test_visible_hints.py), and every alternative,
+visible and hidden parts and the battery. The rest of the mistakes and alternatives go through
+nbgrader in ``make test-catalog`` (the ``full_catalog`` marker), with the solution notebook as it is
+(solutions/'s file submitted: autograded, it is the reference with the answer cells' markers, the
+same cells and scores in all twelve exercises): run it when you add an entry or change a check."""
 
 import pytest
 
@@ -40,17 +41,19 @@ EXACT_LOSSES = {"10_flash_attention_triton"}
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
 def test_catalog(assignment, tmp_path, monkeypatch):
-    """The solution notebook, the reference, the sample of correct alternatives and the sample of mistakes."""
+    """The reference, the sample of correct alternatives and the sample of mistakes."""
     grade_and_judge(assignment, sample(assignment), alternative_sample(assignment), tmp_path, monkeypatch,
-                    with_solution=True)
+                    reference=True)
 
 
 @pytest.mark.slow
 @pytest.mark.full_catalog
 @pytest.mark.parametrize("assignment", assignments())
 def test_catalog_rest(assignment, tmp_path, monkeypatch):
-    """Every other catalogued mistake and correct alternative (``make test-catalog``)."""
-    grade_and_judge(assignment, the_rest(assignment), alternative_rest(assignment), tmp_path, monkeypatch)
+    """Every other catalogued mistake and correct alternative, and the solution notebook as it is
+    (``make test-catalog``)."""
+    grade_and_judge(assignment, the_rest(assignment), alternative_rest(assignment), tmp_path, monkeypatch,
+                    solution_notebook=True)
 
 
 def test_the_sample_loses_every_test_cell_and_the_two_parts_are_the_catalog():
@@ -70,15 +73,18 @@ def test_the_sample_loses_every_test_cell_and_the_two_parts_are_the_catalog():
         assert any(a.id.startswith("warnings_") for a in alts), assignment
 
 
-def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch, with_solution=False):
-    """Autograde ``mistakes`` and ``alternatives`` (and, ``with_solution``, the solution notebook and the
-    reference) in one throwaway course, and assert what the module's docstring says of each."""
+def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch, reference=False,
+                    solution_notebook=False):
+    """Autograde ``mistakes`` and ``alternatives`` (and the ``reference``: the release with the solution's
+    answers, as every variant is built; the ``solution_notebook``: solutions/'s file as it is, which
+    autograding makes the same notebook but for the answer cells' markers) in one throwaway course,
+    and assert what the module's docstring says of each."""
     monkeypatch.setenv("PYTHONWARNINGS", "always")   # inherited by the grading kernels
-    variants = {"reference": {}} if with_solution else {}
+    variants = {"reference": {}} if reference else {}
     variants.update({f"mistake-{m.id}": {m.cell: m.source, **m.extra_cells} for m in mistakes})
     variants.update({f"alternative-{a.id}": dict(a.cells) for a in alternatives})
     source_nb = SOLUTIONS / assignment / f"{assignment}.ipynb"
-    files = {"solution-notebook": source_nb} if with_solution else {}
+    files = {"solution-notebook": source_nb} if solution_notebook else {}
     graded = grade_variants(assignment, variants, tmp_path, timeout=60, files=files)
 
     problems, ambiguous, downstream = [], 0, 0
@@ -130,8 +136,8 @@ def grade_and_judge(assignment, mistakes, alternatives, tmp_path, monkeypatch, w
     assert not problems, "\n".join(problems)
     print(
         f"\n{assignment}: {len(mistakes)}/{len(mistakes)} catalogued mistakes lose points; "
-        + (f"{len(alternatives)} alternatives{' and the solution' if with_solution else ''} get "
-           f"{graded.max_total:g}/{graded.max_total:g}; " if alternatives or with_solution else "")
+        + (f"{len(alternatives)} alternatives{' and the solution' if files or reference else ''} get "
+           f"{graded.max_total:g}/{graded.max_total:g}; " if alternatives or files or reference else "")
         + f"the grade table names {ambiguous} of them as one of several it cannot tell apart, and for "
         f"{downstream} also a mistake in a later function whose check they break"
     )
