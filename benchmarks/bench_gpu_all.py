@@ -1767,7 +1767,7 @@ def parent(args) -> None:
              "chapters": {"out": str(args.out) if args.out else None, "lectures": not args.skip_lectures,
                           "device_workers": args.device_workers, "interpreter_workers": args.interpreter_workers,
                           "catalog_limit": args.catalog_limit},
-             "kernels": {"lengths": [64, 128] if rehearse else args.kernel_lengths,
+             "kernels": {"lengths": [32, 64] if rehearse else args.kernel_lengths,
                          "blocks": args.kernel_blocks[:1] if rehearse else args.kernel_blocks, "slow_ms": 2000,
                          "triton_file": args.triton_file}}
     for part in (p for p in PARTS if p in args.parts):

@@ -31,7 +31,7 @@ def bench():
 def rehearsal(tmp_path_factory):
     """One rehearsal of issue 45's parts, small: the chapters with one alternative and one mistake of each
     exercise on both sides (the 'device', which is the interpreter here, and the interpreter), no lecture;
-    the kernels at T = 64 and 128; two of the new training candidates (FlexAttention is skipped on a CPU)."""
+    the kernels at T = 32 and 64; two of the new training candidates (FlexAttention is skipped on a CPU)."""
     import os
 
     from conftest import small_corpus
