@@ -6,13 +6,15 @@ differ:
 * a catalogued mistake's cells: the visible part alone fails each of them, so the kernel decides
   and the hidden check never matters, except for the pairs ``test_checks.HIDDEN_DECIDES`` lists
   (``tests/test_checks.py`` shows that, in-process);
-* the correct alternatives: the catalog tests grade each through nbgrader, the outside path
-  included (``tests/test_catalog.py``), and every reference solution in ``tests/test_adversarial.py``.
+* the correct alternatives: the catalog tests grade them through nbgrader, the outside path
+  included (``tests/test_catalog.py``: in ``make test`` the reference and a sample of the
+  alternatives, ``tests/catalog_parts.py``; the rest in ``make test-catalog``).
 
-So this test compares the two ways, cell by cell, for the rest: every alternative of 00-03 and
-every mistake ``HIDDEN_DECIDES`` lists. In-process: the test cell (visible and hidden parts) run on
-the real objects (``tests/nbrun.py``); outside: the visible part there, the hidden part through
-``verdict.check_solution`` (the replay, unsandboxed here: the code is the course's own).
+So this test compares the two ways, cell by cell, for the rest: every alternative of 00-03 that
+``make test`` does not grade through nbgrader and every mistake ``HIDDEN_DECIDES`` lists.
+In-process: the test cell (visible and hidden parts) run on the real objects (``tests/nbrun.py``);
+outside: the visible part there, the hidden part through ``verdict.check_solution`` (the replay,
+unsandboxed here: the code is the course's own).
 """
 
 import pytest
@@ -20,11 +22,12 @@ import pytest
 import nbrun
 from awb_grader import catalog
 from awb_grader.devtools.variants import check_solution
+from catalog_parts import alternative_rest
 from test_checks import HIDDEN_DECIDES
 
 SAMPLE = [(a, f"alternative-{alt.id}", dict(alt.cells)) for a in
           ("00_tensor_shapes", "01_rnn_limitations", "02_attention_as_lookup", "03_simplified_self_attention")
-          for alt in catalog.alternatives(a)]
+          for alt in alternative_rest(a)]
 SAMPLE += [(a, f"mistake-{m.id}", {m.cell: m.source, **m.extra_cells}) for a, ids in HIDDEN_DECIDES.items()
            for m in catalog.mistakes(a) if m.id in ids]
 
