@@ -29,7 +29,6 @@ from awb_grader.core.course import EXERCISES, REPO
 A = synth.ADV_ASSIGNMENT
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.xdist_group("cohort")]
 BWRAP = tiers.protected()     # a sandbox of some tier (bubblewrap, or Landlock + seccomp) grades here
-TIER = tiers.detect().name if BWRAP else "limits"
 
 
 def _grade(inbox, course):

@@ -64,8 +64,8 @@ def _read(fh):
 def dumps(obj) -> bytes:
     """``obj`` as a ``torch.save`` payload in PyTorch's format before zip files (documented: "pass
     _use_new_zipfile_serialization=False"), which ``torch.load(weights_only=True)`` loads as it loads
-    the zip format: for the few kilobytes of one request, saved in half the time and loaded in two
-    thirds (a verdict makes hundreds of requests)."""
+    the zip format: for the few kilobytes of one request, saved in about half the time and loaded in
+    about three quarters (a verdict makes hundreds of requests)."""
     import torch
 
     buf = io.BytesIO()
