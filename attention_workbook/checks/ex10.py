@@ -762,11 +762,14 @@ class KernelStandIn:
     """Stands in for ``flash_attention_kernel`` while a launcher check runs: ``standin[grid](...)`` records the
     launch (grid, arguments) and computes what a correct kernel would, reading Q, K, V and writing O through the
     pointers and strides it is given (in float64, on the CPU, written back in O's dtype). So the launcher is
-    judged on its own, whatever the learner's kernel does. Not a Triton kernel: the kernel checks refuse it."""
+    judged on its own, whatever the learner's kernel does. Not a Triton kernel: the kernel checks refuse it.
+    The first launch into an O fills it with NaN first (an O not sharing Q's, K's or V's memory): what no launch
+    writes is then never right by chance (``torch.empty`` may hand back memory that held the very answer)."""
 
     def __init__(self):
         self.launches: list[dict] = []
         self.problems: list[str] = []
+        self._filled: set[int] = set()      # the O buffers already filled with NaN
 
     @property
     def count(self) -> int:
@@ -821,6 +824,11 @@ class KernelStandIn:
                                  "(block_m and block_n default to 16)")
             return
         Q, K, V, O = tensors
+        mem = O.untyped_storage().data_ptr()
+        if mem not in self._filled and O.is_floating_point() and all(
+                mem != t.untyped_storage().data_ptr() for t in (Q, K, V)):
+            O.fill_(float("nan"))
+        self._filled.add(mem)
         flats = [storage_of(t).cpu().double() for t in (Q, K, V)]
         out_flat = storage_of(O)
         dims = torch.arange(D)
