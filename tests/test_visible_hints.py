@@ -31,12 +31,11 @@ from awb_grader.core.course import REPO, SOLUTIONS, assignments
 from awb_grader.devtools.variants import solution_cells
 
 
-def run_cells(assignment: str, overrides: dict[str, str], hidden: bool = False,
-              only: set[str] | None = None) -> dict[str, tuple[str | None, str]]:
+def run_cells(assignment: str, overrides: dict[str, str]) -> dict[str, tuple[str | None, str]]:
     """{test cell id: (failure message or None, what the cell wrote to stderr)} after the notebook
-    ran in-process (tests/nbrun.py): visible parts only unless ``hidden``; ``only`` limits the
-    test cells run. Every Python warning is turned on, as in a kernel with PYTHONWARNINGS=always."""
-    results = nbrun.run(assignment, overrides, only=only, part="both" if hidden else "visible")[1]
+    ran in-process (tests/nbrun.py), every test cell whole (visible and hidden parts). Every Python
+    warning is turned on, as in a kernel with PYTHONWARNINGS=always."""
+    results = nbrun.run(assignment, overrides, part="both")[1]
     return {k: (r.message, r.stderr) for k, r in results.items()}
 
 
@@ -96,9 +95,6 @@ def _leaks(assignment: str, text: str) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------------------
 # mistakes
 # ----------------------------------------------------------------------------------------
-ALL_MISTAKES = [(a, m) for a in assignments() for m in catalog.mistakes(a)]
-
-
 def visible_messages_say(assignment: str, mistake, messages: dict[str, str | None]) -> None:
     """What the visible parts of a mistake's must_fail cells say (``messages``: {cell: failure or None}):
     no solution code; a contract break fails every one of them; a named mistake is named. Called by
@@ -170,7 +166,7 @@ def test_alternative_passes_without_a_word_on_stderr(assignment, alt):
     from attention_workbook.checks import core
 
     before = core.CAPTURED["warnings"]
-    results = run_cells(assignment, dict(alt.cells), hidden=True)
+    results = run_cells(assignment, dict(alt.cells))
     if alt.id.startswith("warnings_"):  # written to raise warnings: make sure it does (else this tests nothing)
         assert core.CAPTURED["warnings"] > before, f"{alt.id} raised no warning inside the checks"
     failed = {k: msg for k, (msg, _) in results.items() if msg}
